@@ -135,3 +135,99 @@ def _revert(patch: Patch) -> None:
     setattr(patch.owner(), patch.attribute, patch.original)
     patch.original = None
     patch.applied = False
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The declarations. Replacement factories import their code lazily, so importing this module imports neither
+# DeepSpeed nor ONNX Runtime.
+
+DEEPSPEED_VERSIONS = ">=0.19.8,<0.20"
+ORT_VERSIONS = "==1.19.2"
+
+
+def _zero3_setup_hooks(original_method: Any) -> Any:
+    from .zero3.install import setup_zero_stage3_hooks
+
+    return setup_zero_stage3_hooks
+
+
+register(
+    Patch(
+        name="deepspeed.setup_zero_stage3_hooks",
+        owner_path="deepspeed.runtime.zero.parameter_offload:DeepSpeedZeRoOffload",
+        attribute="setup_zero_stage3_hooks",
+        distribution="deepspeed",
+        versions=DEEPSPEED_VERSIONS,
+        reason="ZeRO-3's gathers and releases must run through autograd-Function bridges (PythonOps under ORT) "
+        "instead of DeepSpeed's per-module closures, which ORT cannot tell apart and which run collectives "
+        "while tracing.",
+        make_replacement=_zero3_setup_hooks,
+    ),
+    group="zero3",
+)
+
+_GTM = "onnxruntime.training.ortmodule._graph_transition_manager"
+_IO = "onnxruntime.training.ortmodule._io"
+
+
+def _ort(factory_name: str) -> Callable[[Any], Any]:
+    def make(original: Any) -> Any:
+        from .ort import integration
+
+        return getattr(integration, factory_name)(original)
+
+    return make
+
+
+for _name, _owner, _attribute, _factory, _reason in [
+    (
+        "ort.configure_ort_compatible_zero_stage3",
+        "onnxruntime.training.utils.hooks",
+        "configure_ort_compatible_zero_stage3",
+        "configure_hooks",
+        "ORTModule calls it when ORTMODULE_ENABLE_ZERO_STAGE3=1; it fails on DeepSpeed >= 0.14 (rebinds closures "
+        "DeepSpeed renamed). ort_zero's subscriber replaces it.",
+    ),
+    (
+        "ort.stage3_export_context",
+        _GTM,
+        "stage3_export_context",
+        "export_context",
+        "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
+        "full-sized stand-ins for partitioned parameters without running collectives.",
+    ),
+    (
+        "ort.parse_outputs_for_onnx_export_and_extract_schema",
+        _IO,
+        "parse_outputs_for_onnx_export_and_extract_schema",
+        "schema_forward",
+        "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
+    ),
+    (
+        "ort.can_module_be_deep_cloned",
+        _IO,
+        "can_module_be_deep_cloned",
+        "deep_clone_check",
+        "deep copies of ZeRO-3 parameters lose ds_* attributes and break the hooks.",
+    ),
+    (
+        "ort.post_export_process",
+        f"{_GTM}:GraphTransitionManager",
+        "_post_export_process",
+        "post_export_process",
+        "ORT's stage-3 rewrite leaves removed parameters in ORTModule's input lists and never feeds the trigger; "
+        "ort_zero runs its own passes and keeps the lists in step.",
+    ),
+]:
+    register(
+        Patch(
+            name=_name,
+            owner_path=_owner,
+            attribute=_attribute,
+            distribution="onnxruntime-training",
+            versions=ORT_VERSIONS,
+            reason=_reason,
+            make_replacement=_ort(_factory),
+        ),
+        group="ort",
+    )

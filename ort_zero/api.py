@@ -1,0 +1,70 @@
+"""The switches users call: `enable_zero3`, `disable_zero3`, `enable_mem_efficient_grads`."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+
+from . import patches
+
+logger = logging.getLogger(__name__)
+
+_ZERO3_ENV = "ORTMODULE_ENABLE_ZERO_STAGE3"
+_MEM_GRAD_ENV = "ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT"
+_settings = {"mem_efficient_grads": False}
+
+
+def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
+    """Route DeepSpeed ZeRO-3 through ort_zero's hooks; with onnxruntime-training installed, ORTModule too.
+
+    Call before `deepspeed.initialize` (and before wrapping with ORTModule). Idempotent. `mem_efficient_grads`
+    hands each parameter gradient to PyTorch as soon as ORT computes it; None keeps the current setting (or ORT's
+    ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1).
+    """
+    patches.apply_group("zero3")
+    if ort_training_installed():
+        patches.apply_group("ort")
+    else:
+        logger.warning("ort_zero: onnxruntime-training is not installed; ZeRO-3 runs through ort_zero in PyTorch only")
+    if mem_efficient_grads is not None:
+        enable_mem_efficient_grads(mem_efficient_grads)
+    elif os.environ.get(_MEM_GRAD_ENV) == "1":
+        enable_mem_efficient_grads(True)
+
+
+def disable_zero3() -> None:
+    """Restore every DeepSpeed and ORT symbol ort_zero replaced. Engines created meanwhile keep their hooks."""
+    patches.revert_group("mem_grad")
+    patches.revert_group("ort")
+    patches.revert_group("zero3")
+    _settings["mem_efficient_grads"] = False
+
+
+def is_zero3_enabled() -> bool:
+    return patches.is_applied("deepspeed.setup_zero_stage3_hooks")
+
+
+def enable_mem_efficient_grads(enabled: bool = True) -> None:
+    """Make ORTModule graphs hand each parameter gradient over through `param.backward(grad)` as it is computed."""
+    if not ort_training_installed():
+        raise RuntimeError("memory-efficient gradients need onnxruntime-training, which is not installed")
+    _settings["mem_efficient_grads"] = enabled
+    if enabled:
+        patches.apply_group("ort")
+
+
+def mem_efficient_grads_enabled() -> bool:
+    return _settings["mem_efficient_grads"]
+
+
+def ort_training_installed() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None and (
+        importlib.util.find_spec("onnxruntime.training") is not None
+    )
+
+
+def enable_from_environment() -> None:
+    """Honour ORT's own switch: importing ort_zero with ORTMODULE_ENABLE_ZERO_STAGE3=1 enables it."""
+    if os.environ.get(_ZERO3_ENV) == "1":
+        enable_zero3()

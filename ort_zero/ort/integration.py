@@ -1,0 +1,142 @@
+"""ORTModule integration: the replacements that `ort_zero.patches` installs into onnxruntime-training 1.19.2.
+
+Each function here takes the original ORT object and returns its replacement (the registry's factory protocol).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from .graph import qualified_name
+from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
+from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
+
+logger = logging.getLogger(__name__)
+
+
+def export_context(original: Callable) -> Callable:
+    """Replaces `stage3_export_context`: ORT's needs `torch.onnx._internal._beartype`, gone in torch >= 2.5."""
+
+    @contextlib.contextmanager
+    def zero3_export_context(enable: bool, stage3_param_handle: Any, flattened_module: torch.nn.Module) -> Iterator:
+        if not is_zero3_module(flattened_module):
+            yield
+            return
+        with materialized_for_export(flattened_module):
+            yield
+
+    return zero3_export_context
+
+
+def schema_forward(original: Callable) -> Callable:
+    """Wraps ORTModule's output-schema forward: it runs before the export context and must not gather either."""
+
+    @functools.wraps(original)
+    def parse_outputs(flattened_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if not is_zero3_module(flattened_module):
+            return original(flattened_module, *args, **kwargs)
+        with materialized_for_export(flattened_module):
+            return original(flattened_module, *args, **kwargs)
+
+    return parse_outputs
+
+
+def deep_clone_check(original: Callable) -> Callable:
+    """Copies of ZeRO-3 parameters lose their `ds_*` attributes: never deep-copy a ZeRO-3 module before export."""
+
+    @functools.wraps(original)
+    def can_module_be_deep_cloned(module: torch.nn.Module, device: Any) -> bool:
+        return False if is_zero3_module(module) else original(module, device)
+
+    return can_module_be_deep_cloned
+
+
+def configure_hooks(original: Callable) -> Callable:
+    """ORT's ZeRO-3 hook setup fails at import on DeepSpeed >= 0.14; ort_zero's subscriber does that job."""
+
+    def configure_ort_compatible_zero_stage3(*args: Any, **kwargs: Any) -> None:
+        logger.info("ort_zero: ORT's ZeRO-3 hook configuration is replaced by ort_zero's subscriber")
+
+    return configure_ort_compatible_zero_stage3
+
+
+def post_export_process(original: Callable) -> Callable:
+    """Runs ORT's post-export processing without its ZeRO-3 and gradient passes, then ort_zero's passes."""
+
+    @functools.wraps(original)
+    def _post_export_process(
+        flatten_module: torch.nn.Module,
+        export_mode: int,
+        exported_model_info: Any,
+        model_info_for_export: Any,
+        enable_custom_autograd_function: bool,
+        enable_zero_stage3_support: bool,
+        run_symbolic_shape_infer: bool,
+        stage3_param_handle: Any,
+        enable_mem_efficient_grad_management: bool,
+        logger: logging.Logger,
+    ) -> Any:
+        info = original(
+            flatten_module,
+            export_mode,
+            exported_model_info,
+            model_info_for_export,
+            enable_custom_autograd_function,
+            False,
+            run_symbolic_shape_infer,
+            stage3_param_handle,
+            False,
+            logger,
+        )
+        model = info._post_export_processed_model
+        param_names = [name for name, _ in flatten_module.named_parameters()]
+        removed = rewrite_partitioned_params(model, zero3_named_params(flatten_module), param_names)
+        if removed:
+            register_function(ParamPull)
+            _feed_trigger(info, removed, ort_appends_trigger=enable_zero_stage3_support)
+        return info
+
+    return _post_export_process
+
+
+def _feed_trigger(info: Any, removed: list[str], ort_appends_trigger: bool) -> None:
+    """Keep ORTModule's input bookkeeping in step with the rewritten graph, and feed the trigger."""
+    gone = set(removed)
+    info.onnx_graph_input_names = [i.name for i in info._post_export_processed_model.graph.input]
+    info.onnx_graph_input_names_require_grad = [
+        name for name in info.onnx_graph_input_names_require_grad if name not in gone
+    ] + [TRIGGER_NAME]
+    info.onnx_graph_input_names_user_defined = [*info.onnx_graph_input_names_user_defined, TRIGGER_NAME]
+    if not ort_appends_trigger:  # with ORTMODULE_ENABLE_ZERO_STAGE3=1 ORT adds it when it builds the gradient graph
+        info.onnx_graph_input_names_require_grad_user_defined = [
+            *info.onnx_graph_input_names_require_grad_user_defined,
+            TRIGGER_NAME,
+        ]
+    info.onnx_graph_input_data_accessor_user_defined = {
+        **info.onnx_graph_input_data_accessor_user_defined,
+        TRIGGER_NAME: _trigger_tensor,
+    }
+
+
+def _trigger_tensor(args: Any, kwargs: dict[str, Any]) -> torch.Tensor:
+    if TRIGGER_NAME in kwargs:  # ORTModule made it (ORTMODULE_ENABLE_ZERO_STAGE3=1)
+        return kwargs[TRIGGER_NAME]
+    device = next((t.device for t in args if isinstance(t, torch.Tensor)), torch.device("cpu"))
+    return torch.zeros(1, device=device).requires_grad_(torch.is_grad_enabled())
+
+
+def register_function(cls: type[torch.autograd.Function]) -> None:
+    """Make an autograd Function that no trace has seen callable from ORT PythonOps."""
+    from onnxruntime.capi._pybind_state import register_torch_autograd_function
+    from onnxruntime.training.ortmodule._custom_autograd_function_exporter import (
+        register_custom_function_schema_supplementary,
+    )
+
+    register_torch_autograd_function(qualified_name(cls), cls)
+    register_custom_function_schema_supplementary(cls)

@@ -1,0 +1,107 @@
+"""Post-export pass: ZeRO-3 parameters (persistent ones too) leave the graph inputs and come from the pre-forward bridges.
+
+Exported as they are, partitioned parameters are graph inputs that ORTModule would feed with their (0)-sized local
+data. After this pass:
+- each partitioned parameter `P` is read, by every consumer, from the full-sized output of the first pre-forward
+  bridge that gathers it (later bridges of the same parameter keep gathering and releasing, but their copies go
+  unused), so ORT hands `P`'s whole gradient to that one bridge, which calls `P.backward(grad)` exactly once;
+- the bridges' parameter inputs are one-element placeholders from a `ParamPull` PythonOp fed by a single trigger
+  graph input that requires grad, which puts the bridges on ORT's gradient path;
+- `P` is no longer a graph input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+import torch
+from onnx import helper
+
+from ..zero3.bridges import PreForwardBridge
+from .graph import func_name, make_trigger_python_op, qualified_name, replace_input_uses, retype_python_op_input
+
+# ORTModule's own name for the weight-pull trigger: with ORTMODULE_ENABLE_ZERO_STAGE3=1 it feeds this input itself.
+TRIGGER_NAME = "pull_weight_trigger"
+
+
+class ParamPull(torch.autograd.Function):
+    """Source of the placeholders that stand for partitioned parameters in the rewritten graph."""
+
+    @staticmethod
+    def forward(ctx: Any, count: int, trigger: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.trigger_like = (trigger.shape, trigger.dtype, trigger.device)
+        return tuple(torch.zeros(1, dtype=trigger.dtype, device=trigger.device) for _ in range(count))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        shape, dtype, device = ctx.trigger_like
+        return None, torch.zeros(shape, dtype=dtype, device=device)
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        count = len(node.output) - 1
+        return [[1]] * count, [onnx.TensorProto.FLOAT] * count
+
+
+class ExportError(RuntimeError):
+    """The exported graph uses a partitioned parameter in a way the rewrite cannot serve."""
+
+
+def rewrite_partitioned_params(
+    model: onnx.ModelProto, partitioned: dict[str, torch.nn.Parameter], param_names: list[str]
+) -> list[str]:
+    """Apply the pass in place; return the names of the parameters removed from the graph inputs."""
+    graph = model.graph
+    present = [i.name for i in graph.input if i.name in partitioned]
+    if not present:
+        return []
+    bridge_name = qualified_name(PreForwardBridge)
+    bridges = [(position, node) for position, node in enumerate(graph.node) if func_name(node) == bridge_name]
+    placeholders = {name: f"ort_zero_placeholder_{index}" for index, name in enumerate(present)}
+
+    for name in present:
+        users = [
+            (position, bridge, index)
+            for position, bridge in bridges
+            for index, input_name in enumerate(bridge.input)
+            if input_name == name
+        ]
+        if not users:
+            raise ExportError(
+                f"partitioned parameter '{name}' is used by the exported graph but no module gathers it: the module "
+                "that owns it never runs in this forward. Register it with the module that uses it: "
+                "deepspeed.zero.register_external_parameter(module, param)"
+            )
+        first_position, first_bridge, first_index = users[0]
+        full = first_bridge.output[1 + first_index]  # output 0 is ORT's ctx
+        for _, bridge, index in users[1:]:
+            replace_input_uses(graph.node, bridge.output[1 + index], full)
+        for _, bridge, index in users:
+            bridge.input[index] = placeholders[name]
+            retype_python_op_input(bridge, index, 1, onnx.TensorProto.FLOAT)
+        raw_users = [(position, node) for position, node in enumerate(graph.node) if name in node.input]
+        early = [node.name for position, node in raw_users if position < first_position]
+        if early:
+            raise ExportError(
+                f"partitioned parameter '{name}' is used by {early} before the first module that gathers it runs; "
+                "move the use into a module or register the parameter with an earlier module "
+                "(deepspeed.zero.register_external_parameter)"
+            )
+        replace_input_uses([node for _, node in raw_users], name, full)
+        if any(output.name == name for output in graph.output):
+            raise ExportError(f"partitioned parameter '{name}' is a model output; return a copy of it instead")
+
+    _remove_inputs(graph, set(present))
+    first_param = next((i for i, g in enumerate(graph.input) if g.name in set(param_names)), len(graph.input))
+    graph.input.insert(first_param, helper.make_tensor_value_info(TRIGGER_NAME, onnx.TensorProto.FLOAT, [1]))
+    pull = make_trigger_python_op(
+        qualified_name(ParamPull), TRIGGER_NAME, [placeholders[name] for name in present], "ort_zero_param_pull"
+    )
+    graph.node.insert(0, pull)
+    return present
+
+
+def _remove_inputs(graph: onnx.GraphProto, names: set[str]) -> None:
+    for graph_input in [i for i in graph.input if i.name in names]:
+        graph.input.remove(graph_input)

@@ -1,0 +1,152 @@
+"""Autograd Functions through which every ZeRO-3 gather and release runs.
+
+The ONNX exporter turns each into a PythonOp, so ONNX Runtime calls back into DeepSpeed at the same points as
+PyTorch does. They are defined once, here (ORT keys PythonOps by qualified class name), take the module as an integer
+key (see `state.py`) and never run a collective while the model is being traced for export.
+
+    StepStartBridge    outermost inputs     forward: coordinator reset_step
+    PreForwardBridge   module inputs        forward: gather params (+ return them full-sized for ORT)
+                                            backward: param.backward(grad) for ORT, then release after backward
+    PostForwardBridge  module outputs       forward: release params; backward: gather for the module's backward
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from deepspeed.runtime.zero import parameter_offload
+
+from ..hooks import is_exporting
+from . import state as zero3_state
+
+
+def _detached(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return tuple(t.detach() for t in tensors)
+
+
+class StepStartBridge(torch.autograd.Function):
+    """Start of a forward: DeepSpeed's parameter coordinator begins a new step (its trace, its prefetch queue)."""
+
+    @staticmethod
+    def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not is_exporting():
+            zero3_state.lookup(key).offload.get_param_coordinator().reset_step()
+        ctx.set_materialize_grads(False)
+        return _detached(tensors)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        return (None, *grads)
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        return shapes, dtypes
+
+
+class PreForwardBridge(torch.autograd.Function):
+    """Before a module's forward: gather its parameters.
+
+    `tensors` are the module's input tensors followed, in an exported graph only, by one tensor per partitioned
+    parameter. With those, the bridge returns the full-sized parameters after the inputs; the graph rewrite makes
+    the module's ops read them, so their gradients come back here and are handed to PyTorch with
+    `param.backward(grad)` while the parameters are still gathered, firing DeepSpeed's reduce-scatter hooks.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, key: int, input_count: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        module_state = zero3_state.lookup(key)
+        ctx.key, ctx.input_count = key, input_count
+        ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
+        ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
+        ctx.set_materialize_grads(False)
+        if not is_exporting():
+            if ctx.counted:
+                module_state.grads_remaining += 1
+            module_state.offload.pre_sub_module_forward_function(module_state.module)
+        outputs = _detached(tensors[:input_count])
+        if ctx.placeholders:
+            params = module_state.bridged_params()
+            if len(params) != len(ctx.placeholders):
+                raise RuntimeError(
+                    f"ort_zero: module {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) was "
+                    f"exported with {len(ctx.placeholders)} partitioned parameters but now has {len(params)}"
+                )
+            outputs += tuple(p.detach().requires_grad_(p.requires_grad) for p in params)
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        module_state = zero3_state.lookup(ctx.key)
+        param_grads = grads[ctx.input_count :]
+        if param_grads:
+            for param, grad in zip(module_state.bridged_params(), param_grads):
+                if grad is not None and param.requires_grad:
+                    param.backward(grad)
+        if ctx.counted:
+            module_state.grads_remaining -= 1
+            if module_state.grads_remaining == 0:
+                module_state.offload.post_sub_module_backward_function(module_state.module)
+        placeholder_grads = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders]
+        return (None, None, *grads[: ctx.input_count], *placeholder_grads)
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        """ORT shape inference: inputs pass through; the trailing outputs are full-sized parameters."""
+        key = _int_scalar_args(node)[0]
+        params = zero3_state.lookup(key).bridged_params()
+        if params:
+            start = len(shapes) - len(params)
+            shapes = shapes[:start] + [list(p.ds_shape) for p in params]
+            dtypes = dtypes[:start] + [_onnx_dtype(p.dtype) for p in params]
+        return shapes, dtypes
+
+
+class PostForwardBridge(torch.autograd.Function):
+    """After a module's forward: release its parameters; before its backward: gather them again."""
+
+    @staticmethod
+    def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        module_state = zero3_state.lookup(key)
+        ctx.key = key
+        ctx.counted = any(ctx.needs_input_grad[1:])
+        ctx.set_materialize_grads(False)
+        if not is_exporting():
+            release_after_forward(module_state)
+            if ctx.counted:
+                module_state.pending_pre_backward += 1
+        return _detached(tensors)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        module_state = zero3_state.lookup(ctx.key)
+        if ctx.counted and module_state.pending_pre_backward > 0:
+            module_state.pending_pre_backward -= 1
+            module_state.offload.pre_sub_module_backward_function(module_state.module)
+        return (None, *grads)
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        return shapes, dtypes
+
+
+def release_after_forward(module_state: zero3_state.ModuleState) -> None:
+    """DeepSpeed's post-forward: leave the module on the forward stack, then release its parameters."""
+    parameter_offload.FWD_MODULE_STACK.pop()
+    module_state.offload.post_sub_module_forward_function(module_state.module)
+
+
+def _int_scalar_args(node: Any) -> list[int]:
+    for attribute in node.attribute:
+        if attribute.name == "input_int_scalars":
+            return list(attribute.ints)
+    raise RuntimeError(f"ort_zero: PythonOp {node.name} has no integer scalar inputs; it is not an ort_zero bridge")
+
+
+def _onnx_dtype(dtype: torch.dtype) -> int:
+    from onnxruntime.training.utils import pytorch_type_to_onnx_dtype
+
+    return int(pytorch_type_to_onnx_dtype(dtype))
+
+
+BRIDGES: tuple[type[torch.autograd.Function], ...] = (StepStartBridge, PreForwardBridge, PostForwardBridge)

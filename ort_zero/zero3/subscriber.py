@@ -1,0 +1,103 @@
+"""ZeROOffloadSubscriber: DeepSpeed ZeRO-3's module hooks, expressed as bridge applications."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from deepspeed.utils import z3_leaf_module
+
+from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
+from . import state as zero3_state
+from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge, release_after_forward
+
+logger = logging.getLogger(__name__)
+
+
+class ZeROOffloadSubscriber(SubscriberBase):
+    """Gathers and releases a module's parameters around its forward and backward, like DeepSpeed's own hooks.
+
+    Modules below a z3 leaf module get no calls (the leaf gathers for them). Each hooked module has a
+    `ModuleState`; the bridges find it through its integer key.
+    """
+
+    def __init__(self, offload: Any, root: torch.nn.Module) -> None:
+        super().__init__()
+        self.offload = offload
+        self.states: dict[torch.nn.Module, zero3_state.ModuleState] = {}
+        for module in hooked_modules(root):
+            self.states[module] = zero3_state.register(module, offload)
+        self.root_state = self.states[root]
+
+    def close(self) -> None:
+        for module_state in self.states.values():
+            zero3_state.unregister(module_state)
+        self.states.clear()
+
+    def pre_forward_outermost_module(
+        self, run_context: RunContext, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]
+    ) -> tuple[tuple, dict[str, Any]]:
+        flat = flatten((args, kwargs))
+        if not flat.tensors:
+            if not is_exporting():
+                self.offload.get_param_coordinator().reset_step()
+            return args, kwargs
+        return flat.rebuild(StepStartBridge.apply(self.root_state.key, *flat.tensors))
+
+    def pre_forward_module(
+        self, run_context: RunContext, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]
+    ) -> tuple[tuple, dict[str, Any]]:
+        module_state = self.states.get(module)
+        if module_state is None:
+            return args, kwargs
+        flat = flatten((args, kwargs))
+        # Only an export passes the parameters: their graph inputs then flow through the bridge for the rewrite.
+        params = module_state.bridged_params() if is_exporting() else []
+        if not flat.tensors and not params:
+            if is_exporting():
+                _warn_not_in_graph(module, "gather")
+            else:
+                module_state.offload.pre_sub_module_forward_function(module)
+            return args, kwargs
+        outputs = PreForwardBridge.apply(module_state.key, len(flat.tensors), *flat.tensors, *params)
+        return flat.rebuild(outputs[: len(flat.tensors)])
+
+    def post_forward_module(self, run_context: RunContext, module: torch.nn.Module, args: tuple, outputs: Any) -> Any:
+        module_state = self.states.get(module)
+        if module_state is None:
+            return outputs
+        flat = flatten(outputs)
+        if not flat.tensors:
+            if is_exporting():
+                _warn_not_in_graph(module, "release")
+            else:
+                release_after_forward(module_state)
+            return outputs
+        return flat.rebuild(PostForwardBridge.apply(module_state.key, *flat.tensors))
+
+
+def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
+    """Modules that get ZeRO-3 calls: every module, except those below a z3 leaf module (pre-order)."""
+    found: dict[torch.nn.Module, None] = {}
+
+    def visit(module: torch.nn.Module) -> None:
+        if module in found:
+            return
+        found[module] = None
+        if not z3_leaf_module(module):
+            for child in module.children():
+                visit(child)
+
+    visit(root)
+    return list(found)
+
+
+def _warn_not_in_graph(module: torch.nn.Module, what: str) -> None:
+    logger.warning(
+        "ort_zero: %s has no tensor %s; its ZeRO-3 %s cannot become part of the exported graph and will not run "
+        "inside ONNX Runtime",
+        type(module).__name__,
+        "inputs or partitioned parameters" if what == "gather" else "outputs",
+        what,
+    )

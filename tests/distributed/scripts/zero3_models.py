@@ -1,0 +1,60 @@
+"""Toy models that together exercise every ZeRO-3 hook path ort_zero must get right."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB, WIDTH = 64, 32
+
+
+class Block(nn.Module):
+    """Called twice per forward by its parent; takes a keyword argument; returns a tuple."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(WIDTH)  # 32-element weights: below the persistence threshold
+        self.proj = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor, *, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.proj(self.norm(x)) * scale
+        return x + F.gelu(y), y.abs().mean()
+
+
+class Zoo(nn.Module):
+    """Tied embedding/LM head, a block called twice, a frozen layer, dict outputs and kwargs inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, WIDTH)
+        self.block = Block()
+        self.frozen = nn.Linear(WIDTH, WIDTH)
+        self.frozen.requires_grad_(False)
+        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.wte.weight  # tied: one parameter in two modules
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        h = self.wte(input_ids)
+        h, aux1 = self.block(h, scale=1.0)
+        h = self.frozen(h)
+        h, aux2 = self.block(h, scale=0.5)
+        logits = self.head(h)
+        # A parameter used outside its owning module: the embedding table read directly in the parent.
+        logits = logits + 0.1 * F.linear(h, self.wte.weight)
+        out = {"logits": logits}
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
+            out["loss"] = loss + 0.01 * (aux1 + aux2)
+        return out
+
+
+MODELS = {"zoo": Zoo}
+
+
+def batch(step: int, rank: int, micro_batch: int = 4) -> dict[str, torch.Tensor]:
+    """Deterministic per (step, rank); the sequence length varies with the step."""
+    generator = torch.Generator().manual_seed(1000 * step + rank)
+    seq = 8 + 4 * (step % 3)
+    ids = torch.randint(0, VOCAB, (micro_batch, seq + 1), generator=generator)
+    return {"input_ids": ids[:, :-1], "labels": ids[:, 1:]}
