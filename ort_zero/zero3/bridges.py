@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from deepspeed.runtime.zero import parameter_offload
+from deepspeed.utils import z3_leaf_module
 
 from ..hooks import is_exporting
 from . import state as zero3_state
@@ -83,6 +84,8 @@ class PreForwardBridge(torch.autograd.Function):
             for param, grad in zip(module_state.bridged_params(), param_grads):
                 if grad is not None and param.requires_grad:
                     param.backward(grad)
+            if z3_leaf_module(module_state.module):
+                _run_leaf_reduce_hooks(module_state.module)
         if ctx.counted:
             module_state.grads_remaining -= 1
             if module_state.grads_remaining == 0:
@@ -134,6 +137,13 @@ def release_after_forward(module_state: zero3_state.ModuleState) -> None:
     """DeepSpeed's post-forward: leave the module on the forward stack, then release its parameters."""
     parameter_offload.FWD_MODULE_STACK.pop()
     module_state.offload.post_sub_module_forward_function(module_state.module)
+
+
+def _run_leaf_reduce_hooks(module: torch.nn.Module) -> None:
+    """DeepSpeed reduces a z3 leaf module's gradients in a full backward hook on the module, which cannot fire
+    when the module's backward runs inside ORT; run it here, once its parameters have their gradients."""
+    for hook in list(module._backward_hooks.values()):
+        hook(module, (), ())
 
 
 def _int_scalar_args(node: Any) -> list[int]:

@@ -20,6 +20,7 @@ VARIANTS = {
     "accum": {"gradient_accumulation_steps": 2},
     "offload": {"zero_optimization": {"offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}},
     "clip": {"gradient_clipping": 0.5},
+    "leaf": {},  # the model's nn.Sequential becomes a z3 leaf module
 }
 
 
@@ -47,10 +48,14 @@ def main() -> None:
     parser.add_argument("--variant", choices=sorted(VARIANTS), default="base")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
     parser.add_argument("--local_rank", type=int, default=0)
     args = parser.parse_args()
 
-    if args.mode != "native":
+    if args.mode != "native" and args.switch == "env":
+        os.environ["ORTMODULE_ENABLE_ZERO_STAGE3"] = "1"
+        import ort_zero  # noqa: F401  (honours the variable on import)
+    elif args.mode != "native":
         import ort_zero
 
         ort_zero.enable_zero3()
@@ -58,6 +63,8 @@ def main() -> None:
     rank = torch.distributed.get_rank()
     torch.manual_seed(0)
     model = MODELS[args.model]()
+    if args.variant == "leaf":
+        deepspeed.utils.set_z3_leaf_modules(model, [torch.nn.Sequential])
     if args.mode == "ort":
         from onnxruntime.training.ortmodule import ORTModule
 

@@ -31,13 +31,14 @@ class Zoo(nn.Module):
         self.block = Block()
         self.frozen = nn.Linear(WIDTH, WIDTH)
         self.frozen.requires_grad_(False)
+        self.mix = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())  # called once: can be a z3 leaf module
         self.head = nn.Linear(WIDTH, VOCAB, bias=False)
         self.head.weight = self.wte.weight  # tied: one parameter in two modules
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         h = self.wte(input_ids)
         h, aux1 = self.block(h, scale=1.0)
-        h = self.frozen(h)
+        h = self.frozen(h) + self.mix(h)
         h, aux2 = self.block(h, scale=0.5)
         logits = self.head(h)
         # A parameter used outside its owning module: the embedding table read directly in the parent.
