@@ -26,6 +26,22 @@ def _detached(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(t.detach() for t in tensors)
 
 
+def _remember_inputs(ctx: Any, tensors: tuple[torch.Tensor, ...], skip: int) -> None:
+    """Keep what `_input_grads` needs: which inputs want a gradient, and their shapes."""
+    ctx.input_meta = [
+        (t.shape, t.dtype, t.device) if wanted else None for t, wanted in zip(tensors, ctx.needs_input_grad[skip:])
+    ]
+
+
+def _input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.Tensor | None]:
+    """Pass-through gradients, with zeros where an output got none: ORT's gradient graph needs a tensor for every
+    input that requires grad (a missing one fails its gradient Sum nodes)."""
+    return [
+        torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if grad is None and meta is not None else grad
+        for grad, meta in zip(grads, ctx.input_meta)
+    ]
+
+
 class StepStartBridge(torch.autograd.Function):
     """Start of a forward: DeepSpeed's parameter coordinator begins a new step (its trace, its prefetch queue)."""
 
@@ -34,11 +50,12 @@ class StepStartBridge(torch.autograd.Function):
         if not is_exporting():
             zero3_state.lookup(key).offload.get_param_coordinator().reset_step()
         ctx.set_materialize_grads(False)
+        _remember_inputs(ctx, tensors, skip=1)
         return _detached(tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        return (None, *grads)
+        return (None, *_input_grads(ctx, grads))
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
@@ -61,6 +78,7 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
         ctx.set_materialize_grads(False)
+        _remember_inputs(ctx, tensors[:input_count], skip=2)
         if not is_exporting():
             if ctx.counted:
                 module_state.grads_remaining += 1
@@ -91,7 +109,7 @@ class PreForwardBridge(torch.autograd.Function):
             if module_state.grads_remaining == 0:
                 module_state.offload.post_sub_module_backward_function(module_state.module)
         placeholder_grads = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders]
-        return (None, None, *grads[: ctx.input_count], *placeholder_grads)
+        return (None, None, *_input_grads(ctx, grads[: ctx.input_count]), *placeholder_grads)
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
@@ -114,6 +132,7 @@ class PostForwardBridge(torch.autograd.Function):
         ctx.key = key
         ctx.counted = any(ctx.needs_input_grad[1:])
         ctx.set_materialize_grads(False)
+        _remember_inputs(ctx, tensors, skip=1)
         if not is_exporting():
             release_after_forward(module_state)
             if ctx.counted:
@@ -126,7 +145,7 @@ class PostForwardBridge(torch.autograd.Function):
         if ctx.counted and module_state.pending_pre_backward > 0:
             module_state.pending_pre_backward -= 1
             module_state.offload.pre_sub_module_backward_function(module_state.module)
-        return (None, *grads)
+        return (None, *_input_grads(ctx, grads))
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:

@@ -19,8 +19,8 @@ VARIANTS = ["base", "accum", "offload", "clip", "leaf"]
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
 
 
-def train(out: Path, mode: str, variant: str, *extra: str) -> dict:
-    args = ["--mode", mode, "--variant", variant, "--steps", str(STEPS), "--out", str(out), *extra]
+def train(out: Path, mode: str, variant: str, *extra: str, model: str = "zoo") -> dict:
+    args = ["--mode", mode, "--model", model, "--variant", variant, "--steps", str(STEPS), "--out", str(out), *extra]
     run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=300, cwd=SCRIPT.parent)
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(len(r["losses"]) == STEPS for r in ranks)
@@ -29,12 +29,14 @@ def train(out: Path, mode: str, variant: str, *extra: str) -> dict:
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    cache: dict[str, dict] = {}
+    cache: dict[tuple[str, str], dict] = {}
 
-    def get(variant: str) -> dict:
-        if variant not in cache:
-            cache[variant] = train(tmp_path_factory.mktemp(f"native_{variant}"), "native", variant)
-        return cache[variant]
+    def get(variant: str, model: str = "zoo") -> dict:
+        if (variant, model) not in cache:
+            cache[variant, model] = train(
+                tmp_path_factory.mktemp(f"native_{model}_{variant}"), "native", variant, model=model
+            )
+        return cache[variant, model]
 
     return get  # type: ignore[return-value]
 
@@ -70,6 +72,14 @@ def test_ort_env_switch_matches_native(tmp_path: Path, native) -> None:
     result = train(tmp_path, "ort", "base", "--switch", "env")
     assert result["ort_session"] and BRIDGES <= set(result["python_ops"])
     assert_same_training(native("base"), result, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+def test_ort_huggingface_models_match_native(tmp_path: Path, native, model: str) -> None:
+    """transformers 4.46.3 GPT-2 and BERT built from small configs, trained in ORT under ZeRO-3."""
+    result = train(tmp_path, "ort", "base", model=model)
+    assert result["ort_session"] and BRIDGES <= set(result["python_ops"])
+    assert_same_training(native("base", model), result, rtol=1e-5, atol=1e-6)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,45 @@ class Zoo(nn.Module):
         return out
 
 
-MODELS = {"zoo": Zoo}
+class HuggingFace(nn.Module):
+    """A Hugging Face transformers model built from a small config (no download), dropout off."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        import transformers
+
+        if kind == "gpt2":
+            config = transformers.GPT2Config(
+                vocab_size=VOCAB,
+                n_positions=64,
+                n_embd=WIDTH,
+                n_layer=2,
+                n_head=4,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                attn_implementation="eager",
+            )
+            self.model = transformers.GPT2LMHeadModel(config)
+        else:
+            config = transformers.BertConfig(
+                vocab_size=VOCAB,
+                hidden_size=WIDTH,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=2 * WIDTH,
+                max_position_embeddings=64,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+                attn_implementation="eager",
+            )
+            self.model = transformers.BertForMaskedLM(config)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"loss": self.model(input_ids=input_ids, labels=labels).loss}
+
+
+MODELS = {"zoo": Zoo, "gpt2": lambda: HuggingFace("gpt2"), "bert": lambda: HuggingFace("bert")}
 
 
 def batch(step: int, rank: int, micro_batch: int = 4) -> dict[str, torch.Tensor]:
@@ -58,4 +96,4 @@ def batch(step: int, rank: int, micro_batch: int = 4) -> dict[str, torch.Tensor]
     generator = torch.Generator().manual_seed(1000 * step + rank)
     seq = 8 + 4 * (step % 3)
     ids = torch.randint(0, VOCAB, (micro_batch, seq + 1), generator=generator)
-    return {"input_ids": ids[:, :-1], "labels": ids[:, 1:]}
+    return {"input_ids": ids[:, :-1].contiguous(), "labels": ids[:, 1:].contiguous()}
