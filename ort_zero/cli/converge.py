@@ -1,0 +1,163 @@
+"""`ort-zero converge`: the same model, seed and data with PyTorch-ZeRO3 and ORT-ZeRO3; do the curves agree?
+
+Runs `ort_zero.examples.train_gpt` twice under torchrun (N local ranks, 127.0.0.1 rendezvous), then writes
+`report.md` (per-step losses, max difference, time per step, first divergence) and `losses.png`, and exits 1 when
+the curves differ beyond tolerance, 2 when a run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
+
+
+@dataclass
+class Curve:
+    steps: list[int]
+    losses: list[float]
+    times_ms: list[float]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nproc", type=int, default=2, help="ranks on this machine")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--deepspeed_config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/converge"))
+    parser.add_argument("--rtol", type=float, default=1e-4, help="relative loss tolerance per step")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="extra arguments for train_gpt (after --)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.deepspeed_config.is_file():
+        print(f"ort-zero converge: DeepSpeed config not found: {args.deepspeed_config}", file=sys.stderr)
+        return 2
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    curves: dict[str, Curve] = {}
+    for name, flag in (("pytorch", "--no-ort"), ("ort", "--ort")):
+        run_dir = args.output_dir / name
+        print(f"[converge] {name}: {args.nproc} ranks, {args.steps} steps -> {run_dir}", flush=True)
+        failure = _train(args, flag, run_dir)
+        if failure:
+            print(f"[converge] {name} run failed: {failure}", file=sys.stderr)
+            return 2
+        curves[name] = read_curve(run_dir / "losses.csv")
+    verdict = compare(curves["pytorch"], curves["ort"], args.rtol)
+    report = args.output_dir / "report.md"
+    report.write_text(render_report(curves, verdict, args))
+    plot(curves, args.output_dir / "losses.png")
+    print(verdict.summary)
+    print(f"[converge] report: {report}")
+    return 0 if verdict.agree else 1
+
+
+def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
+    command = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
+        "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+        "-m", "ort_zero.examples.train_gpt", flag,
+        "--deepspeed_config", str(args.deepspeed_config), "--steps", str(args.steps),
+        "--seq-len", str(args.seq_len), "--seed", str(args.seed), "--output-dir", str(run_dir),
+        *[a for a in args.train_args if a != "--"],
+    ]  # fmt: skip
+    env = dict(os.environ, ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE")
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "launcher.log", "w") as log:
+        try:
+            result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            return f"no result within {args.timeout:.0f}s (see {run_dir / 'launcher.log'})"
+    if result.returncode != 0:
+        return f"exit code {result.returncode} (see {run_dir / 'launcher.log'})"
+    return None
+
+
+def read_curve(path: Path) -> Curve:
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return Curve(
+        [int(r["step"]) for r in rows], [float(r["loss"]) for r in rows], [float(r["time_ms"]) for r in rows]
+    )
+
+
+@dataclass
+class Verdict:
+    agree: bool
+    max_abs_diff: float
+    max_rel_diff: float
+    first_divergence: int | None
+    summary: str
+
+
+def compare(reference: Curve, candidate: Curve, rtol: float) -> Verdict:
+    if reference.steps != candidate.steps:
+        return Verdict(False, float("inf"), float("inf"), None, "the runs logged different steps")
+    diffs = [abs(a - b) for a, b in zip(reference.losses, candidate.losses)]
+    rels = [d / max(abs(a), 1e-12) for d, a in zip(diffs, reference.losses)]
+    first = next((step for step, rel in zip(reference.steps, rels) if rel > rtol), None)
+    agree = first is None
+    summary = (
+        f"[converge] {'AGREE' if agree else 'DIVERGE'}: max |loss diff| {max(diffs):.3g}, max relative "
+        f"{max(rels):.3g} (tolerance {rtol:g})" + ("" if agree else f", first beyond tolerance at step {first}")
+    )
+    return Verdict(agree, max(diffs), max(rels), first, summary)
+
+
+def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Namespace) -> str:
+    torch_curve, ort_curve = curves["pytorch"], curves["ort"]
+    median = {name: sorted(c.times_ms)[len(c.times_ms) // 2] for name, c in curves.items()}
+    lines = [
+        "# ort_zero convergence: PyTorch-ZeRO3 vs ORT-ZeRO3",
+        "",
+        f"- ranks: {args.nproc}, steps: {args.steps}, seq len: {args.seq_len}, seed: {args.seed}",
+        f"- DeepSpeed config: `{args.deepspeed_config}`",
+        f"- verdict: **{'agree' if verdict.agree else 'diverge'}** (relative tolerance {args.rtol:g})",
+        f"- max |loss difference|: {verdict.max_abs_diff:.3g}; max relative: {verdict.max_rel_diff:.3g}",
+        f"- first step beyond tolerance: {verdict.first_divergence if verdict.first_divergence is not None else '-'}",
+        f"- median step time: PyTorch {median['pytorch']:.1f} ms, ORT {median['ort']:.1f} ms",
+        "",
+        "| step | PyTorch loss | ORT loss | difference | PyTorch ms | ORT ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, step in enumerate(torch_curve.steps):
+        a, b = torch_curve.losses[i], ort_curve.losses[i]
+        lines.append(
+            f"| {step} | {a:.6f} | {b:.6f} | {abs(a - b):.2e} | {torch_curve.times_ms[i]:.1f} | "
+            f"{ort_curve.times_ms[i]:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(curves: dict[str, Curve], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axis = pyplot.subplots(figsize=(7, 4))
+    for (name, curve), style in zip(curves.items(), ("-", "--")):
+        axis.plot(curve.steps, curve.losses, style, label=f"{name}-ZeRO3")
+    axis.set_xlabel("step")
+    axis.set_ylabel("loss")
+    axis.set_title("ort_zero: PyTorch vs ORT under DeepSpeed ZeRO-3")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
