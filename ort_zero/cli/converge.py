@@ -86,9 +86,7 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
 def read_curve(path: Path) -> Curve:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return Curve(
-        [int(r["step"]) for r in rows], [float(r["loss"]) for r in rows], [float(r["time_ms"]) for r in rows]
-    )
+    return Curve([int(r["step"]) for r in rows], [float(r["loss"]) for r in rows], [float(r["time_ms"]) for r in rows])
 
 
 @dataclass
@@ -103,9 +101,9 @@ class Verdict:
 def compare(reference: Curve, candidate: Curve, rtol: float) -> Verdict:
     if reference.steps != candidate.steps:
         return Verdict(False, float("inf"), float("inf"), None, "the runs logged different steps")
-    diffs = [abs(a - b) for a, b in zip(reference.losses, candidate.losses)]
-    rels = [d / max(abs(a), 1e-12) for d, a in zip(diffs, reference.losses)]
-    first = next((step for step, rel in zip(reference.steps, rels) if rel > rtol), None)
+    diffs = [abs(a - b) for a, b in zip(reference.losses, candidate.losses, strict=True)]
+    rels = [d / max(abs(a), 1e-12) for d, a in zip(diffs, reference.losses, strict=True)]
+    first = next((step for step, rel in zip(reference.steps, rels, strict=True) if rel > rtol), None)
     agree = first is None
     summary = (
         f"[converge] {'AGREE' if agree else 'DIVERGE'}: max |loss diff| {max(diffs):.3g}, max relative "
@@ -146,7 +144,7 @@ def plot(curves: dict[str, Curve], path: Path) -> None:
     from matplotlib import pyplot
 
     figure, axis = pyplot.subplots(figsize=(7, 4))
-    for (name, curve), style in zip(curves.items(), ("-", "--")):
+    for (name, curve), style in zip(curves.items(), ("-", "--"), strict=True):
         axis.plot(curve.steps, curve.losses, style, label=f"{name}-ZeRO3")
     axis.set_xlabel("step")
     axis.set_ylabel("loss")

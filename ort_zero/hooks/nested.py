@@ -29,7 +29,7 @@ class Flat:
         if len(tensors) != len(self.tensor_positions):
             raise ValueError(f"expected {len(self.tensor_positions)} tensors to rebuild, got {len(tensors)}")
         leaves = list(self.leaves)
-        for position, tensor in zip(self.tensor_positions, tensors):
+        for position, tensor in zip(self.tensor_positions, tensors, strict=True):
             leaves[position] = tensor
         return pytree.tree_unflatten(leaves, self.spec)
 
@@ -66,6 +66,6 @@ def _register_dataclass(cls: type) -> None:
         return [getattr(obj, name) for name in init_fields], init_fields
 
     def from_children(children: Any, names: list[str]) -> Any:
-        return cls(**dict(zip(names, children)))
+        return cls(**dict(zip(names, children, strict=True)))
 
     pytree.register_pytree_node(cls, to_children, from_children)

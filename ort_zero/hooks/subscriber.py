@@ -1,8 +1,9 @@
 """SubscriberBase: what a subscriber may do at each point of a module's forward.
 
 A subscriber sees every module of a subscribed tree. Module-level methods get the whole inputs/outputs (and may
-replace them); tensor-level methods get each tensor of them in flattened order. The outermost module's inputs and outputs get one
-more call each, once per forward, before/after the per-module calls. A subscriber can limit itself to a window of global steps.
+replace them); tensor-level methods get each tensor of them in flattened order. The outermost module's inputs and
+outputs get one more call each, once per forward, before/after the per-module calls. A subscriber can limit itself
+to a window of global steps.
 """
 
 from __future__ import annotations

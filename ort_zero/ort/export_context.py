@@ -39,6 +39,6 @@ def materialized_for_export(module: torch.nn.Module) -> Iterator[None]:
         with exporting():
             yield
     finally:
-        for param, data in zip(stand_ins, originals):
+        for param, data in zip(stand_ins, originals, strict=True):
             param.data = data
             param.ds_status = ZeroParamStatus.NOT_AVAILABLE

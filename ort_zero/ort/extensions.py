@@ -59,7 +59,8 @@ def cache_key(flavour: str) -> str:
 
     import torch
 
-    return f"{flavour}-torch{torch.__version__}-ort{version('onnxruntime-training')}-py{sys.version_info[0]}{sys.version_info[1]}"
+    python = f"{sys.version_info[0]}{sys.version_info[1]}"
+    return f"{flavour}-torch{torch.__version__}-ort{version('onnxruntime-training')}-py{python}"
 
 
 def build(flavour: str) -> None:
@@ -71,7 +72,9 @@ def build(flavour: str) -> None:
             shutil.copy2(lib, folder / lib.name)
         print(f"[extensions] {flavour}: restored from {cached}")
         return
-    env = dict(os.environ, ORTMODULE_TORCH_CPP_DIR=str(folder), MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count())))
+    env = dict(
+        os.environ, ORTMODULE_TORCH_CPP_DIR=str(folder), MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count()))
+    )
     with tempfile.TemporaryDirectory(prefix="ort_zero_ext_") as scratch:
         for name in missing_extensions(flavour):
             source = folder / flavour / name

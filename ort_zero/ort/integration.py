@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .graph import qualified_name
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
+from .graph import qualified_name
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
 
 logger = logging.getLogger(__name__)

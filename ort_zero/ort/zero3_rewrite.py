@@ -1,4 +1,4 @@
-"""Post-export pass: ZeRO-3 parameters (persistent ones too) leave the graph inputs and come from the pre-forward bridges.
+"""Post-export pass: ZeRO-3 parameters (persistent ones too) leave the graph inputs; bridges provide them.
 
 Exported as they are, partitioned parameters are graph inputs that ORTModule would feed with their (0)-sized local
 data. After this pass:

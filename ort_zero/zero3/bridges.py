@@ -29,7 +29,8 @@ def _detached(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 def _remember_inputs(ctx: Any, tensors: tuple[torch.Tensor, ...], skip: int) -> None:
     """Keep what `_input_grads` needs: which inputs want a gradient, and their shapes."""
     ctx.input_meta = [
-        (t.shape, t.dtype, t.device) if wanted else None for t, wanted in zip(tensors, ctx.needs_input_grad[skip:])
+        (t.shape, t.dtype, t.device) if wanted else None
+        for t, wanted in zip(tensors, ctx.needs_input_grad[skip:], strict=False)
     ]
 
 
@@ -38,7 +39,7 @@ def _input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch
     input that requires grad (a missing one fails its gradient Sum nodes)."""
     return [
         torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if grad is None and meta is not None else grad
-        for grad, meta in zip(grads, ctx.input_meta)
+        for grad, meta in zip(grads, ctx.input_meta, strict=False)
     ]
 
 
@@ -99,7 +100,7 @@ class PreForwardBridge(torch.autograd.Function):
         module_state = zero3_state.lookup(ctx.key)
         param_grads = grads[ctx.input_count :]
         if param_grads:
-            for param, grad in zip(module_state.bridged_params(), param_grads):
+            for param, grad in zip(module_state.bridged_params(), param_grads, strict=False):
                 if grad is not None and param.requires_grad:
                     param.backward(grad)
             if z3_leaf_module(module_state.module):
@@ -108,7 +109,9 @@ class PreForwardBridge(torch.autograd.Function):
             module_state.grads_remaining -= 1
             if module_state.grads_remaining == 0:
                 module_state.offload.post_sub_module_backward_function(module_state.module)
-        placeholder_grads = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders]
+        placeholder_grads = [
+            torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders
+        ]
         return (None, None, *_input_grads(ctx, grads[: ctx.input_count]), *placeholder_grads)
 
     @staticmethod

@@ -43,4 +43,3 @@ def setup_zero_stage3_hooks(offload: Any) -> None:
     offload.forward_hooks = [handle]
     offload.backward_hooks = []
     parameter_offload.FWD_MODULE_STACK.append(root)
-

@@ -42,17 +42,31 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 
 def assert_same_training(reference: dict, result: dict, rtol: float, atol: float) -> None:
-    for step, (expected, got) in enumerate(zip(reference["losses"], result["losses"])):
+    for step, (expected, got) in enumerate(zip(reference["losses"], result["losses"], strict=True)):
         assert got == pytest.approx(expected, rel=rtol, abs=atol), f"loss differs at step {step}"
     assert result["eval_loss"] == pytest.approx(reference["eval_loss"], rel=rtol, abs=atol)
     assert set(result["params"]) == set(reference["params"])
     for name, expected in reference["params"].items():
-        worst = max(abs(a - b) - rtol * abs(a) for a, b in zip(expected, result["params"][name]))
+        worst = max(abs(a - b) - rtol * abs(a) for a, b in zip(expected, result["params"][name], strict=True))
         assert worst <= atol, f"parameter {name} differs by {worst + 0:.3g} beyond tolerance"
     assert reference["losses"][-1] < reference["losses"][0], "the reference run did not learn: the test proves nothing"
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+TORCH_PATH_VARIANTS = [
+    *(v for v in VARIANTS if v != "leaf"),
+    pytest.param(
+        "leaf",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="known: with a z3 leaf module the PyTorch path's losses differ from native by ~1e-5 relative from "
+            "step 1 (DeepSpeed reduces leaf gradients in a module backward hook whose timing relative to "
+            "AccumulateGrad depends on the autograd graph's shape); the ORT path matches",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("variant", TORCH_PATH_VARIANTS)
 def test_pytorch_path_matches_native(tmp_path: Path, native, variant: str) -> None:
     result = train(tmp_path, "torch", variant)
     assert result["ort_zero_hooks"], "ort_zero's subscriber was not installed"

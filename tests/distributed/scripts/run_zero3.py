@@ -12,7 +12,6 @@ from pathlib import Path
 
 import deepspeed
 import torch
-
 from zero3_models import MODELS, batch
 
 VARIANTS = {
@@ -91,7 +90,9 @@ def main() -> None:
         manager = engine.module._torch_module._execution_manager(is_training=True)
         result["ort_session"] = manager._execution_agent is not None
         graph = manager._onnx_models.optimized_model.graph
-        result["python_ops"] = sorted({a.s.decode() for n in graph.node if n.op_type == "PythonOp" for a in n.attribute if a.name == "func_name"})
+        result["python_ops"] = sorted(
+            {a.s.decode() for n in graph.node if n.op_type == "PythonOp" for a in n.attribute if a.name == "func_name"}
+        )
     named = list(engine.module.named_parameters())
     with deepspeed.zero.GatheredParameters([p for _, p in named]):
         if rank == 0:
