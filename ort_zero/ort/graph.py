@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import onnx
+import torch
 from onnx import helper
 
 PYTHON_OP = "PythonOp"
@@ -14,6 +15,12 @@ MS_DOMAIN = "com.microsoft"
 def qualified_name(cls: type) -> str:
     """The name ORT's exporter stores in a PythonOp's `func_name` for an autograd Function."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def onnx_dtype(dtype: torch.dtype) -> int:
+    from onnxruntime.training.utils import pytorch_type_to_onnx_dtype
+
+    return int(pytorch_type_to_onnx_dtype(dtype))
 
 
 def func_name(node: onnx.NodeProto) -> str | None:

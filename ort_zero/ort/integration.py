@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
+from .. import api
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .graph import qualified_name
+from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
 
 logger = logging.getLogger(__name__)
@@ -95,10 +97,20 @@ def post_export_process(original: Callable) -> Callable:
             logger,
         )
         model = info._post_export_processed_model
-        param_names = [name for name, _ in flatten_module.named_parameters()]
-        removed = rewrite_partitioned_params(model, zero3_named_params(flatten_module), param_names)
+        named_params = dict(flatten_module.named_parameters())
+        removed = rewrite_partitioned_params(model, zero3_named_params(flatten_module), list(named_params))
         if removed:
             register_function(ParamPull)
+        training = export_mode == torch.onnx.TrainingMode.TRAINING
+        if training and (enable_mem_efficient_grad_management or api.mem_efficient_grads_enabled()):
+            retrieved = rewrite_param_inputs(model, named_params, list(named_params))
+            if retrieved:
+                register_function(ParamRetrieval)
+                # ORTModule then orders the graph to free memory early (its buggy trigger branch keys on another name)
+                info.is_mem_efficient_grad_management_enabled = True
+                logger.info("ort_zero: memory-efficient gradients for %d parameters", len(retrieved))
+            removed += retrieved
+        if removed:
             _feed_trigger(info, removed, ort_appends_trigger=enable_zero_stage3_support)
         return info
 

@@ -1,0 +1,90 @@
+"""Post-export pass: memory-efficient gradients for parameters that are ordinary graph inputs.
+
+Without it ORT keeps every parameter gradient until its backward ends and returns them all at once. After it, each
+trainable parameter `P` still a graph input (non-ZeRO training; ZeRO-3 parameters already come from bridges) is
+produced inside the graph by its own `ParamRetrieval` PythonOp, fed by the shared trigger input. The node's output
+keeps `P`'s name, so no consumer changes. Its backward runs as soon as ORT has `P`'s gradient and calls
+`P.backward(grad)`: AccumulateGrad and every hook on `P` (DeepSpeed's reduce hooks, the user's) fire during ORT's
+backward, and ORT can free the gradient at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+import torch
+from onnx import helper
+
+from .graph import MS_DOMAIN, PYTHON_OP, onnx_dtype, qualified_name
+from .zero3_rewrite import TRIGGER_NAME
+
+# Parameters reachable from the integer a PythonOp carries (ORT stores non-tensor arguments as scalars).
+_PARAMS: dict[int, torch.nn.Parameter] = {}
+
+
+class ParamRetrieval(torch.autograd.Function):
+    """Hands one parameter to ORT in forward; gives its gradient to PyTorch in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, key: int, trigger: torch.Tensor) -> torch.Tensor:
+        ctx.key = key
+        ctx.trigger_like = (trigger.shape, trigger.dtype, trigger.device)
+        return _PARAMS[key].detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[Any, ...]:
+        if grad is not None:
+            _PARAMS[ctx.key].backward(grad)
+        shape, dtype, device = ctx.trigger_like
+        return None, torch.zeros(shape, dtype=dtype, device=device)
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        param = _PARAMS[_first_int_scalar(node)]
+        return [list(param.shape)], [onnx_dtype(param.dtype)]
+
+
+def rewrite_param_inputs(
+    model: onnx.ModelProto, named_params: dict[str, torch.nn.Parameter], param_names: list[str]
+) -> list[str]:
+    """Apply the pass in place to every trainable parameter that is a graph input; return their names."""
+    graph = model.graph
+    chosen = [i for i in graph.input if i.name in named_params and named_params[i.name].requires_grad]
+    if not chosen:
+        return []
+    if not any(i.name == TRIGGER_NAME for i in graph.input):
+        first_param = next((k for k, g in enumerate(graph.input) if g.name in set(param_names)), len(graph.input))
+        graph.input.insert(first_param, helper.make_tensor_value_info(TRIGGER_NAME, onnx.TensorProto.FLOAT, [1]))
+    for offset, graph_input in enumerate(chosen):
+        param = named_params[graph_input.name]
+        _PARAMS[id(param)] = param
+        node = helper.make_node(
+            PYTHON_OP,
+            [TRIGGER_NAME],
+            [f"ort_zero_retrieval_ctx_{offset}", graph_input.name],
+            f"ort_zero_retrieval_{offset}",
+            domain=MS_DOMAIN,
+            func_name=qualified_name(ParamRetrieval),
+            input_convention="cd",
+            input_int_scalars=[id(param)],
+            input_int_scalar_positions=[0],
+            input_tensor_ranks=[1],
+            input_tensor_types=[onnx.TensorProto.FLOAT],
+            output_tensor_ranks=[param.dim()],
+            output_tensor_types=[onnx_dtype(param.dtype)],
+            training_mode=1,
+            comment="",
+        )
+        graph.node.insert(offset, node)
+    names = [i.name for i in chosen]
+    for graph_input in chosen:
+        graph.input.remove(graph_input)
+    return names
+
+
+def _first_int_scalar(node: Any) -> int:
+    for attribute in node.attribute:
+        if attribute.name == "input_int_scalars":
+            return attribute.ints[0]
+    raise RuntimeError(f"ort_zero: PythonOp {node.name} carries no parameter key")
