@@ -6,25 +6,13 @@ checked) to 1e-5 relative.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
-from launcher import free_port, run_launcher, torchrun_cmd
+from parity import BRIDGES, assert_same_training, train
 
-SCRIPT = Path(__file__).parent / "scripts" / "run_zero3.py"
-STEPS = 20
 VARIANTS = ["base", "accum", "offload", "clip", "leaf"]
-BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
-
-
-def train(out: Path, mode: str, variant: str, *extra: str, model: str = "zoo") -> dict:
-    args = ["--mode", mode, "--model", model, "--variant", variant, "--steps", str(STEPS), "--out", str(out), *extra]
-    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=300, cwd=SCRIPT.parent)
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
-    assert all(len(r["losses"]) == STEPS for r in ranks)
-    return ranks[0]
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +27,6 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         return cache[variant, model]
 
     return get  # type: ignore[return-value]
-
-
-def assert_same_training(reference: dict, result: dict, rtol: float, atol: float) -> None:
-    for step, (expected, got) in enumerate(zip(reference["losses"], result["losses"], strict=True)):
-        assert got == pytest.approx(expected, rel=rtol, abs=atol), f"loss differs at step {step}"
-    assert result["eval_loss"] == pytest.approx(reference["eval_loss"], rel=rtol, abs=atol)
-    assert set(result["params"]) == set(reference["params"])
-    for name, expected in reference["params"].items():
-        worst = max(abs(a - b) - rtol * abs(a) for a, b in zip(expected, result["params"][name], strict=True))
-        assert worst <= atol, f"parameter {name} differs by {worst + 0:.3g} beyond tolerance"
-    assert reference["losses"][-1] < reference["losses"][0], "the reference run did not learn: the test proves nothing"
 
 
 TORCH_PATH_VARIANTS = [

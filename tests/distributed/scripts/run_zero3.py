@@ -23,11 +23,11 @@ VARIANTS = {
 }
 
 
-def config(variant: str) -> dict:
+def config(variant: str, stage: int) -> dict:
     base = {
         "train_micro_batch_size_per_gpu": 4,
         "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 64},
+        "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 64},
         "zero_force_ds_cpu_optimizer": False,
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
@@ -47,6 +47,8 @@ def main() -> None:
     parser.add_argument("--variant", choices=sorted(VARIANTS), default="base")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--stage", type=int, choices=[2, 3], default=3)
+    parser.add_argument("--mem-grads", action="store_true", help="ort_zero's memory-efficient gradients")
     parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
     parser.add_argument("--local_rank", type=int, default=0)
     args = parser.parse_args()
@@ -57,7 +59,7 @@ def main() -> None:
     elif args.mode != "native":
         import ort_zero
 
-        ort_zero.enable_zero3()
+        ort_zero.enable_zero3(mem_efficient_grads=args.mem_grads)
     deepspeed.init_distributed(dist_backend="gloo")
     rank = torch.distributed.get_rank()
     torch.manual_seed(0)
@@ -72,7 +74,7 @@ def main() -> None:
     # (ORT and PyTorch sum in different orders) into lr-sized steps, hiding real mismatches behind noise.
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=1e-2, eps=1e-6)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(args.variant))
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(args.variant, args.stage))
 
     losses = []
     for step in range(args.steps):
@@ -84,7 +86,7 @@ def main() -> None:
     with torch.no_grad():
         eval_loss = engine(**batch(10**6, rank))["loss"].item()
 
-    offload = engine.optimizer.parameter_offload
+    offload = getattr(engine.optimizer, "parameter_offload", None)
     result = {"losses": losses, "eval_loss": eval_loss, "ort_zero_hooks": hasattr(offload, "ort_zero_subscriber")}
     if args.mode == "ort":
         manager = engine.module._torch_module._execution_manager(is_training=True)
@@ -94,7 +96,7 @@ def main() -> None:
             {a.s.decode() for n in graph.node if n.op_type == "PythonOp" for a in n.attribute if a.name == "func_name"}
         )
     named = list(engine.module.named_parameters())
-    with deepspeed.zero.GatheredParameters([p for _, p in named]):
+    with deepspeed.zero.GatheredParameters([p for _, p in named], enabled=args.stage == 3):
         if rank == 0:
             result["params"] = {name: p.detach().double().flatten().tolist() for name, p in named}
     args.out.mkdir(parents=True, exist_ok=True)
