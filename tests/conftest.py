@@ -1,0 +1,52 @@
+"""Environment and markers shared by every test.
+
+The variables are set in `pytest_configure`, before any test module is imported, because DeepSpeed picks its
+accelerator at import time and ORTModule reads its fallback policy when a module is wrapped. Child processes started
+by the distributed harness inherit them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ENVIRONMENT = {
+    "DS_ACCELERATOR": "cpu",  # CPU-only machines: gloo, DeepSpeed's CPU accelerator
+    "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE",  # an ORT failure must fail the test, not run PyTorch silently
+    # DeepSpeed 0.19.8 decorates a function with torch.compile at import (zero/muon), which starts torch inductor's
+    # pool of compile workers in every rank: two more torch imports per rank on a 2-core machine, and workers that
+    # outlive their rank keep mpirun waiting on their output pipes.
+    "TORCH_WARM_POOL": "0",
+}
+MARKERS = {TESTS / "unit": "unit", TESTS / "distributed": "distributed"}
+_saved: dict[str, str | None] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, value in ENVIRONMENT.items():
+        _saved[name] = os.environ.get(name)
+        os.environ[name] = value
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for name, value in _saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by folder, so `-m unit` / `-m distributed` select them without per-file decorators."""
+    for item in items:
+        for folder, marker in MARKERS.items():
+            if item.path.is_relative_to(folder):
+                item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return TESTS.parent
