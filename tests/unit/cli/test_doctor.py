@@ -1,0 +1,107 @@
+"""`ort-zero` dispatch and `ort-zero doctor`: lazy subcommands, guarded probes, pins, the real console script."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from ort_zero.cli import doctor, main
+
+
+def test_only_the_chosen_subcommand_is_imported() -> None:
+    code = (
+        "import sys; from ort_zero.cli import main; main.build_parser('doctor'); "
+        "print(sorted(m for m in sys.modules if m.startswith('ort_zero.cli.')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "['ort_zero.cli.doctor', 'ort_zero.cli.main']"
+
+
+def test_a_subcommand_that_cannot_import_fails_cleanly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(main.COMMANDS, "broken", "a subcommand whose module does not exist")
+    assert main.main(["broken"]) == 2
+    assert "Run 'ort-zero doctor'" in capsys.readouterr().err
+
+
+def test_every_subcommand_is_listed_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main.main(["--help"])
+    help_text = capsys.readouterr().out
+    assert all(name in help_text for name in ("doctor", "compare", "converge"))
+
+
+def stub_probes(monkeypatch: pytest.MonkeyPatch, **overrides: object) -> None:
+    """Replace the slow probes (they import torch, ORT, DeepSpeed) with canned lines unless overridden."""
+    for name in ("torch_line", "ort_line", "deepspeed_line", "onnx_line", "mpi_line"):
+        monkeypatch.setattr(doctor, name, overrides.get(name, lambda report, pins, n=name: f"fine ({n})"))
+
+
+def test_a_failing_probe_is_printed_and_the_rest_still_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(report: doctor.Report, pins: object) -> str:
+        raise ImportError("libtorch_cpu.so: cannot open shared object file\nsecond line")
+
+    stub_probes(monkeypatch, torch_line=broken)
+    monkeypatch.setattr(doctor, "SUPPORTED_PYTHON", sys.version_info[:2])
+    assert doctor.run(argparse.Namespace()) == 1
+    out = capsys.readouterr().out
+    assert "torch:                ERROR ImportError: libtorch_cpu.so: cannot open shared object file\n" in out
+    assert "fine (mpi_line)" in out and "ort_zero patches:" in out
+    assert out.splitlines()[-1].startswith("verdict:              NOT supported: torch failed (ImportError")
+
+
+def test_all_probes_fine_is_supported(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stub_probes(monkeypatch)
+    monkeypatch.setattr(doctor, "SUPPORTED_PYTHON", sys.version_info[:2])
+    monkeypatch.setattr(doctor, "patch_lines", lambda report: "none")
+    assert doctor.run(argparse.Namespace()) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verdict:              supported"
+
+
+def test_wrong_python_is_not_supported(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stub_probes(monkeypatch)
+    monkeypatch.setattr(doctor, "SUPPORTED_PYTHON", (2, 7))
+    assert doctor.run(argparse.Namespace()) == 1
+    assert "is not 2.7" in capsys.readouterr().out
+
+
+def test_a_version_outside_its_pin_is_a_problem() -> None:
+    report = doctor.Report()
+    installed = metadata.version("packaging")
+    pins = {"packaging": Requirement("packaging==0.0.1")}
+    assert doctor.check_pin(report, pins, "packaging") == f"{installed} (supported: ==0.0.1)"
+    assert report.problems == [f"packaging {installed} is not packaging==0.0.1"]
+    assert doctor.check_pin(report, {}, "ort-zero-no-such-distribution") == "not installed"
+    assert report.problems[-1] == "ort-zero-no-such-distribution is not installed"
+
+
+def test_pins_come_from_setup_py_whether_installed_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = doctor.pins()
+    assert set(installed) == set(doctor.CHECKED)
+
+    def not_installed(name: str) -> list[str]:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(doctor.metadata, "requires", not_installed)
+    assert {name: str(r) for name, r in doctor.pins().items()} == {name: str(r) for name, r in installed.items()}
+
+
+def test_console_script_on_this_machine() -> None:
+    """The real thing: every component probed; this environment is the supported one."""
+    script = Path(sys.executable).parent / "ort-zero"
+    result = subprocess.run([str(script), "doctor"], capture_output=True, text=True, timeout=300)
+    labels = [line.split(":")[0] for line in result.stdout.splitlines() if line and not line.startswith(" ")]
+    for label in ("python", "torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "ort_zero patches"):
+        assert label in labels, result.stdout
+    assert "extensions built and load" in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-1] == "verdict:              supported", result.stdout + result.stderr
+    assert result.returncode == 0
