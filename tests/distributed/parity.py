@@ -24,7 +24,8 @@ def train(out: Path, mode: str, variant: str, *extra: str, model: str = "zoo") -
 def assert_same_training(reference: dict, result: dict, rtol: float, atol: float) -> None:
     for step, (expected, got) in enumerate(zip(reference["losses"], result["losses"], strict=True)):
         assert got == pytest.approx(expected, rel=rtol, abs=atol), f"loss differs at step {step}"
-    assert result["eval_loss"] == pytest.approx(reference["eval_loss"], rel=rtol, abs=atol)
+    for key in ("eval_loss", "eval_mode_loss"):
+        assert result[key] == pytest.approx(reference[key], rel=rtol, abs=atol), key
     assert set(result["params"]) == set(reference["params"])
     for name, expected in reference["params"].items():
         worst = max(abs(a - b) - rtol * abs(a) for a, b in zip(expected, result["params"][name], strict=True))

@@ -83,11 +83,21 @@ def main() -> None:
         engine.backward(loss)
         engine.step()
         losses.append(loss.item())
+    held_out = batch(10**6, rank)
     with torch.no_grad():
-        eval_loss = engine(**batch(10**6, rank))["loss"].item()
+        eval_loss = engine(**held_out)["loss"].item()  # no_grad: ORTModule's inference graph
+    engine.eval()  # eval mode: the same graph, and dropout would be off
+    with torch.no_grad():
+        eval_mode_loss = engine(**held_out)["loss"].item()
+    engine.train()
 
     offload = getattr(engine.optimizer, "parameter_offload", None)
-    result = {"losses": losses, "eval_loss": eval_loss, "ort_zero_hooks": hasattr(offload, "ort_zero_subscriber")}
+    result = {
+        "losses": losses,
+        "eval_loss": eval_loss,
+        "eval_mode_loss": eval_mode_loss,
+        "ort_zero_hooks": hasattr(offload, "ort_zero_subscriber"),
+    }
     if args.mode == "ort":
         manager = engine.module._torch_module._execution_manager(is_training=True)
         result["ort_session"] = manager._execution_agent is not None
