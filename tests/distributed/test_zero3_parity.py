@@ -29,21 +29,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return get  # type: ignore[return-value]
 
 
-TORCH_PATH_VARIANTS = [
-    *(v for v in VARIANTS if v != "leaf"),
-    pytest.param(
-        "leaf",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="known: with a z3 leaf module the PyTorch path's losses differ from native by ~1e-5 relative from "
-            "step 1 (DeepSpeed reduces leaf gradients in a module backward hook whose timing relative to "
-            "AccumulateGrad depends on the autograd graph's shape); the ORT path matches",
-        ),
-    ),
-]
-
-
-@pytest.mark.parametrize("variant", TORCH_PATH_VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_pytorch_path_matches_native(tmp_path: Path, native, variant: str) -> None:
     result = train(tmp_path, "torch", variant)
     assert result["ort_zero_hooks"], "ort_zero's subscriber was not installed"
