@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -115,6 +116,26 @@ def post_export_process(original: Callable) -> Callable:
         return info
 
     return _post_export_process
+
+
+def session_threads(original: Callable) -> Callable:
+    """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it."""
+
+    @functools.wraps(original)
+    def _get_session_config(self: Any) -> Any:
+        session_options, providers, provider_options = original(self)
+        session_options.intra_op_num_threads = threads_per_rank()
+        return session_options, providers, provider_options
+
+    return _get_session_config
+
+
+def threads_per_rank() -> int:
+    """OMP_NUM_THREADS when set (torchrun and the deepspeed launcher set it), else this rank's share of the cores."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")))
+    return max(1, len(os.sched_getaffinity(0)) // max(1, local_ranks))
 
 
 def _feed_trigger(info: Any, removed: list[str], ort_appends_trigger: bool) -> None:
