@@ -51,9 +51,9 @@ def test_ort_env_switch_matches_native(tmp_path: Path, native) -> None:
     assert_same_training(native("base"), result, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("model", ["gpt2", "bert"])
-def test_ort_huggingface_models_match_native(tmp_path: Path, native, model: str) -> None:
-    """transformers 4.46.3 GPT-2 and BERT built from small configs, trained in ORT under ZeRO-3."""
+@pytest.mark.parametrize("model", ["gpt", "gpt2", "bert"])
+def test_ort_transformer_models_match_native(tmp_path: Path, native, model: str) -> None:
+    """ort_zero's small GPT, and transformers 4.46.3 GPT-2 and BERT built from small configs, in ORT under ZeRO-3."""
     result = train(tmp_path, "ort", "base", model=model)
     assert result["ort_session"] and BRIDGES <= set(result["python_ops"])
     assert_same_training(native("base", model), result, rtol=1e-5, atol=1e-6)

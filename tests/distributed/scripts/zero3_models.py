@@ -88,12 +88,23 @@ class HuggingFace(nn.Module):
         return {"loss": self.model(input_ids=input_ids, labels=labels).loss}
 
 
-MODELS = {"zoo": Zoo, "gpt2": lambda: HuggingFace("gpt2"), "bert": lambda: HuggingFace("bert")}
+def small_gpt() -> nn.Module:
+    """ort_zero's own small GPT: tied embeddings, LayerNorm, causal attention, GELU."""
+    from ort_zero.models.gpt import GPT, GPTConfig
+
+    return GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=4, d_model=WIDTH, max_seq=64))
+
+
+MODELS = {"zoo": Zoo, "gpt": small_gpt, "gpt2": lambda: HuggingFace("gpt2"), "bert": lambda: HuggingFace("bert")}
 
 
 def batch(step: int, rank: int, micro_batch: int = 4) -> dict[str, torch.Tensor]:
-    """Deterministic per (step, rank); the sequence length varies with the step."""
+    """Deterministic per (step, rank), learnable (each token follows from the last by a fixed rule, from a random
+    start), with a sequence length that varies with the step."""
     generator = torch.Generator().manual_seed(1000 * step + rank)
     seq = 8 + 4 * (step % 3)
-    ids = torch.randint(0, VOCAB, (micro_batch, seq + 1), generator=generator)
+    tokens = [torch.randint(0, VOCAB, (micro_batch,), generator=generator)]
+    for _ in range(seq):
+        tokens.append((tokens[-1] * 5 + 3) % VOCAB)
+    ids = torch.stack(tokens, dim=1)
     return {"input_ids": ids[:, :-1].contiguous(), "labels": ids[:, 1:].contiguous()}
