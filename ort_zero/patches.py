@@ -36,6 +36,7 @@ class Patch:
     reason: str
     make_replacement: Callable[[Any], Any]
     original: Any = field(default=None, repr=False)
+    owned: bool = False  # the attribute was defined on the owner itself, not inherited
     applied: bool = False
 
     def owner(self) -> Any:
@@ -125,14 +126,18 @@ def registered() -> list[Patch]:
 
 def _apply(patch: Patch) -> None:
     owner = patch.owner()
-    patch.original = owner.__dict__.get(patch.attribute, getattr(owner, patch.attribute))
+    patch.owned = patch.attribute in vars(owner)
+    patch.original = vars(owner)[patch.attribute] if patch.owned else getattr(owner, patch.attribute)
     setattr(owner, patch.attribute, patch.make_replacement(patch.original))
     patch.applied = True
     logger.debug("ort_zero: patched %s.%s (%s)", patch.owner_path, patch.attribute, patch.name)
 
 
 def _revert(patch: Patch) -> None:
-    setattr(patch.owner(), patch.attribute, patch.original)
+    if patch.owned:
+        setattr(patch.owner(), patch.attribute, patch.original)
+    else:
+        delattr(patch.owner(), patch.attribute)
     patch.original = None
     patch.applied = False
 

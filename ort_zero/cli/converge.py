@@ -70,7 +70,8 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
         "--seq-len", str(args.seq_len), "--seed", str(args.seed), "--output-dir", str(run_dir),
         *[a for a in args.train_args if a != "--"],
     ]  # fmt: skip
-    env = dict(os.environ, ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE")
+    # TORCH_WARM_POOL=0: DeepSpeed imports torch.compile, whose worker pool can outlive a rank and stall launchers.
+    env = dict(os.environ, ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
     env.setdefault("DS_ACCELERATOR", "cpu")
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "launcher.log", "w") as log:

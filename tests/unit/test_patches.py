@@ -105,7 +105,6 @@ def test_stacked_patches_on_one_attribute_revert_to_the_first_original(target: t
     assert target.greet is original
 
 
-@pytest.mark.xfail(strict=True, reason="patches._revert setattr()s an inherited attribute onto the subclass")
 def test_revert_of_an_inherited_attribute_leaves_the_subclass_unchanged(target: types.ModuleType) -> None:
     declare("i", f"{MODULE}:Target", "inherited")
     patches.apply_group("g")

@@ -1,0 +1,119 @@
+"""One rank of `bench_zero3.py`: train for warm-up + measured steps, write step times and memory to JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import threading
+import time
+from pathlib import Path
+
+import deepspeed
+import psutil
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class WideMLP(nn.Module):
+    """Parameters (and so gradients) dominate memory: 4 x (2048 x 2048) weights, small activations."""
+
+    def __init__(self, width: int = 2048, depth: int = 4, vocab: int = 256) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.embed(input_ids)
+        for layer in self.layers:
+            h = h + F.gelu(layer(h))
+        return {"loss": F.cross_entropy(self.head(h).flatten(0, 1), labels.flatten())}
+
+
+class PeakRss:
+    """Samples this process's RSS every millisecond while active: the peak inside the measured steps."""
+
+    def __init__(self) -> None:
+        self.process, self.peak, self._stop = psutil.Process(), 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(0.001)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=["native", "torch", "ort"], required=True)
+    parser.add_argument("--stage", type=int, default=3)
+    parser.add_argument("--mem-grads", action="store_true")
+    parser.add_argument("--model", choices=["gpt", "mlp"], default="gpt")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    if args.mode != "native":
+        import ort_zero
+
+        ort_zero.enable_zero3(mem_efficient_grads=args.mem_grads)
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank = torch.distributed.get_rank()
+    torch.manual_seed(0)
+    if args.model == "gpt":
+        from ort_zero.models.gpt import GPT, GPTConfig
+
+        model: nn.Module = GPT(GPTConfig(vocab_size=256, n_layer=4, n_head=4, d_model=256, max_seq=128))
+        seq = 128
+    else:
+        model, seq = WideMLP(), 16
+    if args.mode == "ort":
+        from onnxruntime.training.ortmodule import ORTModule
+
+        model = ORTModule(model)
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "zero_optimization": {"stage": args.stage},
+        "zero_force_ds_cpu_optimizer": False,
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+    }
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    generator = torch.Generator().manual_seed(rank)
+
+    def step() -> float:
+        ids = torch.randint(0, 256, (4, seq + 1), generator=generator)
+        start = time.perf_counter()
+        loss = engine(input_ids=ids[:, :-1].contiguous(), labels=ids[:, 1:].contiguous())["loss"]
+        engine.backward(loss)
+        engine.step()
+        return (time.perf_counter() - start) * 1000
+
+    for _ in range(args.warmup):
+        step()
+    before = psutil.Process().memory_info().rss
+    with PeakRss() as sampler:
+        times = [step() for _ in range(args.steps)]
+    result = {
+        "step_ms": times,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "step_rss_growth_mib": (sampler.peak - before) / 2**20,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Step time and peak memory per rank: native DeepSpeed ZeRO-3 vs PyTorch-ZeRO3 vs ORT-ZeRO3 (and ZeRO-2 with and
+without memory-efficient gradients), side by side in one run.
+
+    .venv/bin/python benchmarks/bench_zero3.py                      # small GPT 4 x 256, seq 128, micro-batch 4
+    .venv/bin/python benchmarks/bench_zero3.py --model mlp          # a wide MLP, where gradients dominate memory
+
+Each configuration runs under torchrun on 2 local ranks (gloo on CPU). Reported per configuration: the median step
+time over the measured steps (after warm-up, which includes ORT's export), the ratio to native ZeRO-3, and per rank
+the process's peak RSS and how far the measured steps pushed RSS above where they started (sampled every
+millisecond: torch's CPU allocator is invisible to `tracemalloc`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CONFIGS = {
+    "native-z3": ["--mode", "native", "--stage", "3"],
+    "torch-z3": ["--mode", "torch", "--stage", "3"],
+    "ort-z3": ["--mode", "ort", "--stage", "3"],
+    "native-z2": ["--mode", "native", "--stage", "2"],
+    "ort-z2": ["--mode", "ort", "--stage", "2"],
+    "ort-z2-memgrad": ["--mode", "ort", "--stage", "2", "--mem-grads"],
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["gpt", "mlp"], default="gpt")
+    parser.add_argument("--steps", type=int, default=20, help="measured steps")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--nproc", type=int, default=2)
+    args = parser.parse_args()
+
+    worker = Path(__file__).with_name("bench_worker.py")
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.configs:
+            out = Path(scratch) / name
+            command = [
+                sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
+                "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(worker),
+                *CONFIGS[name], "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
+                "--out", str(out),
+            ]  # fmt: skip
+            env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
+            env.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
+            result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+            if result.returncode != 0:
+                print(f"{name}: FAILED\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", file=sys.stderr)
+                return 1
+            ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(args.nproc)]
+            rows.append((name, ranks))
+            print(f"[bench] {name} done", file=sys.stderr, flush=True)
+
+    native = next((statistics.median(r[0]["step_ms"]) for n, r in rows if n == "native-z3"), None)
+    print(f"\nmodel {args.model}, {args.nproc} ranks, median of {args.steps} steps after {args.warmup} warm-up\n")
+    print("| config | median step ms | vs native-z3 | peak RSS MiB per rank | RSS growth in steps MiB per rank |")
+    print("|---|---:|---:|---|---|")
+    for name, ranks in rows:
+        median = statistics.median(ranks[0]["step_ms"])
+        ratio = f"{median / native:.2f}x" if native else "-"
+        peaks = " / ".join(f"{r['peak_rss_mib']:.0f}" for r in ranks)
+        growth = " / ".join(f"{r['step_rss_growth_mib']:.0f}" for r in ranks)
+        print(f"| {name} | {median:.1f} | {ratio} | {peaks} | {growth} |")
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
