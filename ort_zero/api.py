@@ -24,6 +24,10 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
     """
     patches.apply_group("zero3")
     if ort_training_installed():
+        if "ORTMODULE_FALLBACK_POLICY" not in os.environ:
+            # ORTModule's default silently runs PyTorch after an export error: numbers look right, nothing ran in ORT.
+            os.environ["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
+            logger.info("ort_zero: ORTModule fallback to PyTorch disabled (set ORTMODULE_FALLBACK_POLICY to allow)")
         patches.apply_group("ort")
     else:
         logger.warning("ort_zero: onnxruntime-training is not installed; ZeRO-3 runs through ort_zero in PyTorch only")

@@ -224,6 +224,14 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort_zero runs its own passes and keeps the lists in step.",
     ),
     (
+        "ort.loud_fallback",
+        "onnxruntime.training.ortmodule._fallback:_FallbackManager",
+        "fallback",
+        "loud_fallback",
+        "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
+        "ort_zero announces it on every rank.",
+    ),
+    (
         "ort.session_threads",
         "onnxruntime.training.ortmodule._graph_execution_manager:GraphExecutionManager",
         "_get_session_config",

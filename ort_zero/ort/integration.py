@@ -9,6 +9,7 @@ import contextlib
 import functools
 import logging
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 
 from .. import api
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
+from .export_errors import naming_export_failures
 from .graph import qualified_name
 from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
@@ -24,14 +26,16 @@ logger = logging.getLogger(__name__)
 
 
 def export_context(original: Callable) -> Callable:
-    """Replaces `stage3_export_context`: ORT's needs `torch.onnx._internal._beartype`, gone in torch >= 2.5."""
+    """Replaces `stage3_export_context`: ORT's needs `torch.onnx._internal._beartype`, gone in torch >= 2.5.
+
+    Every export (ZeRO-3 or not) runs inside it, so export failures name their module."""
 
     @contextlib.contextmanager
     def zero3_export_context(enable: bool, stage3_param_handle: Any, flattened_module: torch.nn.Module) -> Iterator:
-        if not is_zero3_module(flattened_module):
-            yield
-            return
-        with materialized_for_export(flattened_module):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(naming_export_failures(flattened_module))
+            if is_zero3_module(flattened_module):
+                stack.enter_context(materialized_for_export(flattened_module))
             yield
 
     return zero3_export_context
@@ -116,6 +120,26 @@ def post_export_process(original: Callable) -> Callable:
         return info
 
     return _post_export_process
+
+
+def loud_fallback(original: Callable) -> Callable:
+    """A fallback the user allowed (ORTMODULE_FALLBACK_POLICY) is announced on every rank, not only in ORT's log."""
+
+    @functools.wraps(original)
+    def fallback(self: Any, log_level: Any, *inputs: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_ort_zero_announced", False):
+            rank = os.environ.get("RANK", "0")
+            message = (
+                f"ort_zero: rank {rank}: ORTModule FELL BACK TO PYTORCH ({type(self._exception).__name__}: "
+                f"{self._exception}). This model is not running in ONNX Runtime. Unset ORTMODULE_FALLBACK_POLICY "
+                "(ort_zero then disables fallback) to make this an error."
+            )
+            logger.error(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            self._ort_zero_announced = True
+        return original(self, log_level, *inputs, **kwargs)
+
+    return fallback
 
 
 def session_threads(original: Callable) -> Callable:
