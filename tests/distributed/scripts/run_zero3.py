@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--stage", type=int, choices=[2, 3], default=3)
     parser.add_argument("--mem-grads", action="store_true", help="ort_zero's memory-efficient gradients")
     parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
+    parser.add_argument("--dropout-seed", type=int, default=None, help="reseed after init: other dropout masks")
     parser.add_argument("--local_rank", type=int, default=0)
     args = parser.parse_args()
 
@@ -64,6 +65,8 @@ def main() -> None:
     rank = torch.distributed.get_rank()
     torch.manual_seed(0)
     model = MODELS[args.model]()
+    if args.dropout_seed is not None:
+        torch.manual_seed(args.dropout_seed)
     if args.variant == "leaf":
         deepspeed.utils.set_z3_leaf_modules(model, [torch.nn.Sequential])
     if args.mode == "ort":

@@ -88,14 +88,20 @@ class HuggingFace(nn.Module):
         return {"loss": self.model(input_ids=input_ids, labels=labels).loss}
 
 
-def small_gpt() -> nn.Module:
+def small_gpt(dropout: float = 0.0) -> nn.Module:
     """ort_zero's own small GPT: tied embeddings, LayerNorm, causal attention, GELU."""
     from ort_zero.models.gpt import GPT, GPTConfig
 
-    return GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=4, d_model=WIDTH, max_seq=64))
+    return GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=4, d_model=WIDTH, max_seq=64, dropout=dropout))
 
 
-MODELS = {"zoo": Zoo, "gpt": small_gpt, "gpt2": lambda: HuggingFace("gpt2"), "bert": lambda: HuggingFace("bert")}
+MODELS = {
+    "zoo": Zoo,
+    "gpt": small_gpt,
+    "gpt-dropout": lambda: small_gpt(dropout=0.1),
+    "gpt2": lambda: HuggingFace("gpt2"),
+    "bert": lambda: HuggingFace("bert"),
+}
 
 
 def batch(step: int, rank: int, micro_batch: int = 4) -> dict[str, torch.Tensor]:
