@@ -110,3 +110,22 @@ def test_without_the_pass_hooks_fire_after_ort_backward() -> None:
     ops = [i for i, e in enumerate(EVENTS) if e.startswith("op")]
     params = [i for i, e in enumerate(EVENTS) if not e.startswith("op")]
     assert ops and params and max(ops) < min(params)
+
+
+def test_ort_environment_switch_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT's own ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1 (broken in ORT 1.19.2) runs ort_zero's pass instead."""
+    monkeypatch.setenv("ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT", "1")
+    ort_zero.enable_zero3()
+    try:
+        torch.manual_seed(0)
+        reference = Net()
+        model = ortmodule.ORTModule(copy.deepcopy(reference))
+        ref_losses, ref_grads = train_steps(reference, steps=1)
+        losses, grads = train_steps(model, steps=1)
+    finally:
+        ort_zero.disable_zero3()
+    graph = model._torch_module._execution_manager(True)._onnx_models.optimized_model.graph
+    assert any(func_name(n) == qualified_name(ParamRetrieval) for n in graph.node)
+    assert losses == pytest.approx(ref_losses, rel=1e-6, abs=1e-7)
+    for name, expected in ref_grads[0].items():
+        torch.testing.assert_close(grads[0][name], expected, rtol=1e-6, atol=1e-7)
