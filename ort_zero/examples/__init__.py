@@ -1,0 +1,1 @@
+"""Runnable examples: `python -m ort_zero.examples.train_gpt` under any launcher; `config` is shared with tools."""

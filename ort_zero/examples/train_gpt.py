@@ -1,0 +1,264 @@
+"""Train the repository's small GPT on the stdlib byte corpus with DeepSpeed ZeRO-3, in ONNX Runtime or PyTorch.
+
+Runs under any launcher (see launch/*.sh), e.g. two CPU ranks:
+
+    DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 -m ort_zero.examples.train_gpt \\
+        --deepspeed_config ds_configs/zero3_cpu_fp32.json --steps 20 --output-dir runs/demo
+
+Modes: --ort (default) wraps the model in ORTModule and routes ZeRO-3 through ort_zero; --no-ort keeps ort_zero's
+hooks in PyTorch; --native is plain DeepSpeed without ort_zero, the reference the other two are compared against.
+Rank 0 writes `<output-dir>/losses.csv` (step, global mean loss, step time) and `args.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import deepspeed
+import torch
+import torch.distributed as dist
+from deepspeed.accelerator import get_accelerator
+from tqdm import tqdm
+
+import ort_zero
+from ort_zero.data import load_corpus, sample_batch
+from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
+from ort_zero.models import GPT, GPTConfig
+
+FALLBACK_ENV = "ORTMODULE_FALLBACK_POLICY"
+CSV_HEADER = ["step", "loss", "time_ms"]
+
+
+class UsageError(ValueError):
+    """Arguments that cannot work together; reported as one line and exit code 2."""
+
+
+@dataclass
+class Trainer:
+    """One rank's training state: the engine and what it needs to draw this rank's batches."""
+
+    engine: Any  # deepspeed.DeepSpeedEngine
+    args: argparse.Namespace
+    rank: int
+    world_size: int
+    corpus: torch.Tensor
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.args.output_dir / "checkpoints"
+
+    def step(self, step: int) -> float:
+        """One optimizer step (all its micro-batches); returns the loss averaged over micro-batches and ranks."""
+        accumulation = self.engine.gradient_accumulation_steps()
+        total = torch.zeros((), dtype=torch.float64)
+        for micro in range(accumulation):
+            # Keyed by the global micro-step: a resumed run draws the batches (and dropout masks) it would have.
+            micro_step = step * accumulation + micro
+            torch.manual_seed(step_seed(self.args.seed, micro_step, self.rank))
+            batch = sample_batch(
+                self.args.seed, micro_step, self.rank, self.world_size,
+                self.engine.train_micro_batch_size_per_gpu(), self.args.seq_len, self.corpus,
+            )  # fmt: skip
+            loss = self.engine(**{k: v.to(self.engine.device) for k, v in batch.items()})["loss"]
+            self.engine.backward(loss)
+            self.engine.step()
+            total += loss.detach().double().cpu()
+        dist.all_reduce(total)
+        return total.item() / (accumulation * self.world_size)
+
+    def save(self, next_step: int) -> None:
+        """Every rank writes its ZeRO partition; `next_step` is where a resumed run starts."""
+        self.engine.save_checkpoint(str(self.checkpoint_dir), client_state={"next_step": next_step})
+
+    def resume(self) -> int:
+        """Load the latest checkpoint if there is one; the step to start from (0 without one)."""
+        if not (self.checkpoint_dir / "latest").is_file():
+            if self.rank == 0:
+                print(f"train_gpt: no checkpoint in {self.checkpoint_dir}; starting at step 0", file=sys.stderr)
+            return 0
+        load_path, client_state = self.engine.load_checkpoint(str(self.checkpoint_dir))
+        if load_path is None:
+            raise RuntimeError(f"DeepSpeed could not load the checkpoint in {self.checkpoint_dir}")
+        return int(client_state["next_step"])
+
+    def run(self, start: int) -> None:
+        log = LossLog(self.args.output_dir / "losses.csv", start) if self.rank == 0 else None
+        bar = tqdm(total=self.args.steps, initial=start, desc="train", disable=self.rank != 0, dynamic_ncols=True)
+        for step in range(start, self.args.steps):
+            began = time.perf_counter()
+            loss = self.step(step)
+            elapsed_ms = (time.perf_counter() - began) * 1000.0
+            if log is not None:
+                log.append(step, loss, elapsed_ms)
+            bar.set_postfix(loss=f"{loss:.4f}")
+            bar.update()
+            done = step + 1
+            if self.args.save_every and (done % self.args.save_every == 0 or done == self.args.steps):
+                self.save(done)
+        bar.close()
+
+
+class LossLog:
+    """`losses.csv`, appended row by row; a resumed run drops the rows at or past its start step."""
+
+    def __init__(self, path: Path, start: int) -> None:
+        self.path = path
+        rows = []
+        if start > 0 and path.is_file():
+            with path.open(newline="") as handle:
+                rows = [row for row in csv.DictReader(handle) if int(row["step"]) < start]
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, CSV_HEADER)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def append(self, step: int, loss: float, time_ms: float) -> None:
+        with self.path.open("a", newline="") as handle:
+            csv.writer(handle).writerow([step, repr(loss), f"{time_ms:.3f}"])
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """Torch's seed for one micro-step on one rank: dropout differs between ranks and steps, never between runs."""
+    digest = hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ort_zero.examples.train_gpt", description=__doc__.split("\n")[0])
+    parser.add_argument("--deepspeed_config", type=Path, required=True, help="DeepSpeed JSON config")
+    parser.add_argument(
+        "--ort",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="wrap the model in ORTModule (default, except with --native)",
+    )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="plain DeepSpeed in PyTorch without ort_zero: the reference run (any ZeRO stage)",
+    )
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps in total (a resumed run included)")
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--n-layer", type=int, default=2)
+    parser.add_argument("--n-head", type=int, default=4)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/train_gpt"))
+    parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps and at the end (0: never)")
+    parser.add_argument("--resume", action="store_true", help="continue from <output-dir>/checkpoints if present")
+    parser.add_argument("--local_rank", type=int, default=None, help="passed by the deepspeed launcher; unused")
+    args = parser.parse_args(argv)
+    if args.ort is None:
+        args.ort = not args.native
+    return args
+
+
+def check_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything that can be checked before the process group exists; returns the loaded DeepSpeed config."""
+    if args.native and args.ort:
+        raise UsageError("--native runs plain DeepSpeed in PyTorch; it cannot be combined with --ort")
+    if args.native and ort_zero.is_zero3_enabled():
+        raise UsageError("--native skips ort_zero, but ORTMODULE_ENABLE_ZERO_STAGE3=1 enabled it; unset the variable")
+    for name in ("steps", "seq_len", "n_layer", "n_head", "d_model"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.save_every < 0:
+        raise UsageError(f"--save-every must be 0 or positive, got {args.save_every}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise UsageError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.d_model % args.n_head:
+        raise UsageError(f"--d-model {args.d_model} must be a multiple of --n-head {args.n_head}")
+    config = load_config(args.deepspeed_config)
+    check_zero_stage(config, ort_zero_enabled=not args.native, path=args.deepspeed_config)
+    if "optimizer" not in config:
+        raise ConfigError(
+            f'{args.deepspeed_config}: no "optimizer" block; this trainer lets DeepSpeed build it '
+            "(see ds_configs/zero3_cpu_fp32.json)"
+        )
+    return config
+
+
+def configure_threads() -> None:
+    """Share this machine's cores among the ranks on it; several ranks with all cores each oversubscribe the CPU."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return  # torch already follows it
+    # torchrun, the deepspeed launcher and Open MPI each name the number of ranks on this node differently.
+    names = ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+    local_ranks = next((int(os.environ[name]) for name in names if os.environ.get(name)), 1)
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_ranks))
+
+
+def init_distributed() -> tuple[int, int]:
+    """gloo on CPU, the accelerator's backend elsewhere; under mpirun DeepSpeed discovers ranks through mpi4py."""
+    accelerator = get_accelerator()
+    backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()
+    # MPI discovery sets MASTER_PORT from this argument, so pass on the one the launcher chose.
+    deepspeed.init_distributed(dist_backend=backend, distributed_port=int(os.environ.get("MASTER_PORT", 29500)))
+    if accelerator.device_name() != "cpu":
+        accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def build_model(args: argparse.Namespace) -> torch.nn.Module:
+    """The same initial weights on every rank (seeded here); wrapped in ORTModule for --ort."""
+    torch.manual_seed(args.seed)
+    model: torch.nn.Module = GPT(
+        GPTConfig(n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model, max_seq=args.seq_len,
+                  dropout=args.dropout)
+    )  # fmt: skip
+    if args.ort:
+        os.environ.setdefault(FALLBACK_ENV, "FALLBACK_DISABLE")  # a failure in ORT must not silently run PyTorch
+        try:
+            from onnxruntime.training.ortmodule import ORTModule
+        except ImportError as error:
+            raise UsageError(f"--ort needs onnxruntime-training ({error}); run with --no-ort or install it") from None
+        model = ORTModule(model)
+    return model
+
+
+def write_args(args: argparse.Namespace, world_size: int) -> None:
+    record = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
+    record.update(world_size=world_size, ort_zero=ort_zero.__version__, ort_zero_enabled=not args.native)
+    (args.output_dir / "args.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = check_args(args)
+    except (UsageError, ConfigError) as error:
+        print(f"train_gpt: error: {error}", file=sys.stderr)
+        return 2
+    configure_threads()
+    if not args.native:
+        ort_zero.enable_zero3()  # before ORTModule and deepspeed.initialize
+    rank, world_size = init_distributed()
+    try:
+        check_batch(config, world_size, args.deepspeed_config)
+        model = build_model(args)
+    except (UsageError, ConfigError) as error:
+        print(f"train_gpt: error (rank {rank}): {error}", file=sys.stderr)
+        return 2
+    if rank == 0:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        write_args(args, world_size)
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    trainer = Trainer(engine=engine, args=args, rank=rank, world_size=world_size, corpus=load_corpus())
+    start = trainer.resume() if args.resume else 0
+    trainer.run(start)
+    dist.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
