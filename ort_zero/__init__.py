@@ -1,9 +1,9 @@
 """ort_zero: DeepSpeed ZeRO-3 for models that run in ONNX Runtime through ORTModule.
 
-    import ort_zero
-    ort_zero.enable_zero3()                  # before deepspeed.initialize
-    model = ORTModule(model)                 # optional: without it the same hooks run in PyTorch
-    engine, *_ = deepspeed.initialize(model=model, config=...)
+import ort_zero
+ort_zero.enable_zero3()                  # before deepspeed.initialize
+model = ORTModule(model)                 # optional: without it the same hooks run in PyTorch
+engine, *_ = deepspeed.initialize(model=model, config=...)
 """
 
 from __future__ import annotations

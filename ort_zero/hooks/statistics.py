@@ -1,12 +1,12 @@
 """Per-step statistics of module outputs and chosen activations, to find where two training runs start to differ.
 
-Convergence investigation compares a PyTorch run with an ORT run of the same model, seed and data. Statistics are
-collected on the PyTorch path only: under ORTModule a module's forward runs inside ONNX Runtime, so module hooks
-fire only while the forward is traced for export, and nothing is recorded then (a recording would otherwise
-become part of the exported graph). In an ORT run, subscribe the statistics to a module whose forward stays in
-PyTorch around the ORTModule (the DeepSpeed engine, or a wrapper that calls the ORTModule and computes the loss):
-its outputs, and what its forward passes to `inspect_activation` outside the ORTModule, get the same names as in
-the PyTorch run (the outermost module is `(root)` in both), so `ort-zero compare` can line them up.
+Convergence investigation compares a PyTorch run with an ORT run of the same model, seed and data. Subscribe a
+`StatisticsSubscriber` to the model (before wrapping it in ORTModule) in both runs. In PyTorch every module output
+is recorded when its forward returns. Under ORTModule the hooks run once, while the model is exported: they put a
+recorder op (an autograd Function that ORT runs as a PythonOp) on each module output and on each tensor passed to
+`inspect_activation`, so ONNX Runtime hands every such tensor back to be recorded at every step. Both runs write
+the same names, and `ort-zero compare` lines them up. ORT may run independent branches in another order than
+PyTorch: records are matched by name, and `index` is the order of recording.
 
 Dump format: one JSON object per line in `<output_dir>/rank_<r>/step_<s>.jsonl`, in recording order (module
 outputs as each module's forward returns, outermost last). Keys: `index`, `name` (`<module name>/output_<i>`,
@@ -18,7 +18,9 @@ only. As in torch, a NaN makes mean, std, min and max NaN; non-finite values are
 
 from __future__ import annotations
 
+import itertools
 import json
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,13 +28,17 @@ from typing import Any
 import torch
 
 from .export_mode import is_exporting
+from .nested import flatten
+from .passthrough import detached, input_grads, remember_inputs, same_shapes
 from .subscriber import RunContext, SubscriberBase
 
 ROOT_NAME = "(root)"
 MODULE_OUTPUT = "module_output"
 ACTIVATION = "activation"
 
-_current: StatisticsSubscriber | None = None
+_current: StatisticsSubscriber | None = None  # whose forward is running (traced or not), for inspect_activation
+_next_key = itertools.count(1)
+_SUBSCRIBERS: weakref.WeakValueDictionary[int, StatisticsSubscriber] = weakref.WeakValueDictionary()
 
 
 def rank_dir(output_dir: str | Path, rank: int) -> Path:
@@ -94,11 +100,11 @@ def tensor_statistics(
 class StatisticsSubscriber(SubscriberBase):
     """Writes statistics of every module output, each step of its window, to one JSONL file per rank and step.
 
-    A step is one outermost forward: records and `inspect_activation` calls count from the outermost module's
-    pre-forward to its post-forward (so record a loss by computing it inside that forward, or in a wrapper's).
-    Module names come from the outermost module's `named_modules()`. Records are appended as they are computed:
-    a forward that raises keeps what was recorded before the error (and its step stays open until the next
-    forward), and the subscriber holds no open file (ORTModule deep-copies modules before export).
+    A step is one outermost forward; the subscriber counts them itself (`step`), because under ORTModule the module
+    hooks run once, at export, and only the recorder PythonOps they leave in the graph run at every step. So the
+    window is applied when a record is made, not when hooks run. Module names come from the outermost module's
+    `named_modules()`. Records are appended as they are computed; a forward that raises keeps what it recorded and
+    the next forward continues the same step. The subscriber holds no open file (ORTModule deep-copies modules).
     """
 
     def __init__(
@@ -110,78 +116,137 @@ class StatisticsSubscriber(SubscriberBase):
         compute_on_cpu: bool = False,
         bucket_size: int | None = None,
     ) -> None:
-        super().__init__(start_step, end_step)
+        super().__init__()  # always active: the window is checked per record, see the class docstring
         if bucket_size is not None and bucket_size < 1:
             raise ValueError(f"bucket_size must be a positive number of elements, got {bucket_size}")
         self.output_dir = Path(output_dir)
+        self.window = (start_step, end_step)
         self.compute_on_cpu = compute_on_cpu
         self.bucket_size = bucket_size
+        self.step = 0
+        self.key = next(_next_key)
+        _SUBSCRIBERS[self.key] = self
+        self._labels: dict[tuple[str, str], int] = {}  # (name, kind) -> label, the integer a recorder op carries
         self._names: dict[int, str] = {}
-        self._path: Path | None = None  # the open step's dump; None between forwards
         self._previous: StatisticsSubscriber | None = None
+        self._open_step: int | None = None  # the step whose dump has been started
         self._seen: Counter[str] = Counter()
         self._count = 0
 
     def pre_forward_outermost_module(
         self, run_context: RunContext, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]
     ) -> tuple[tuple, dict[str, Any]]:
-        if not is_exporting():
-            self._begin_step(run_context.global_step, module)
+        global _current
+        self._previous, _current = _current, self
+        self._names = {id(m): name for name, m in module.named_modules()}
+        self._names[id(module)] = ROOT_NAME
         return args, kwargs
 
     def post_forward_tensor(
         self, run_context: RunContext, module: torch.nn.Module, index: int, tensor: torch.Tensor
     ) -> torch.Tensor:
         name = self._names.get(id(module), type(module).__name__)
-        self.record(f"{name}/output_{index}", tensor, MODULE_OUTPUT)
-        return tensor
+        return self.observe(f"{name}/output_{index}", tensor, MODULE_OUTPUT)
 
     def post_forward_outermost_module(
         self, run_context: RunContext, module: torch.nn.Module, args: tuple, outputs: Any
     ) -> Any:
         global _current
-        if not is_exporting() and self._path is not None:
-            self._path = None
-            if _current is self:
-                _current = self._previous
+        if _current is self:
+            _current = self._previous
+        if not is_exporting():
+            self.finish_step()
+        elif torch.onnx.is_in_onnx_export():
+            # Every output passes through the op, so it runs after every recorder that feeds an output.
+            flat = flatten(outputs)
+            if flat.tensors:
+                outputs = flat.rebuild(list(EndStep.apply(self.key, *flat.tensors)))
         return outputs
 
+    def observe(self, name: str, tensor: torch.Tensor, kind: str) -> torch.Tensor:
+        """Record `tensor` now (PyTorch), or return it through a recorder op that records it at run time (ONNX)."""
+        if not is_exporting():
+            self.record(name, tensor, kind)
+            return tensor
+        if torch.onnx.is_in_onnx_export():
+            return RecordStatistics.apply(self.key, self._labels.setdefault((name, kind), len(self._labels)), tensor)
+        return tensor
+
     def record(self, name: str, tensor: torch.Tensor, kind: str = ACTIVATION) -> None:
-        """Append `tensor`'s statistics to the open step's dump; nothing between forwards or while exporting."""
-        if self._path is None or is_exporting():
+        """Append `tensor`'s statistics to the current step's dump, if the step is in the window."""
+        start, end = self.window
+        if (start is not None and self.step < start) or (end is not None and self.step >= end):
             return
+        if self._open_step != self.step:
+            self._begin_dump()
         self._seen[name] += 1
         if self._seen[name] > 1:
             name = f"{name}#{self._seen[name]}"
         entry = {"index": self._count, "name": name, "kind": kind}
         entry.update(tensor_statistics(tensor, self.bucket_size, self.compute_on_cpu))
         self._count += 1
-        with self._path.open("a", encoding="utf-8") as stream:
+        with step_file(self.output_dir, _rank(), self.step).open("a", encoding="utf-8") as stream:
             stream.write(json.dumps(entry) + "\n")
 
-    def _begin_step(self, step: int, root: torch.nn.Module) -> None:
-        global _current
-        if _current is not self:
-            self._previous = _current
-        _current = self
+    def record_label(self, label: int, tensor: torch.Tensor) -> None:
+        name, kind = next(key for key, value in self._labels.items() if value == label)
+        self.record(name, tensor, kind)
+
+    def finish_step(self) -> None:
+        self.step += 1
+
+    def _begin_dump(self) -> None:
+        self._open_step = self.step
         self._seen.clear()
         self._count = 0
-        self._names = {id(module): name for name, module in root.named_modules()}
-        self._names[id(root)] = ROOT_NAME
-        self._path = step_file(self.output_dir, _rank(), step)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._path.write_text("", encoding="utf-8")  # a rerun into the same folder replaces the step
+        path = step_file(self.output_dir, _rank(), self.step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("", encoding="utf-8")  # a rerun into the same folder replaces the step
+
+
+class RecordStatistics(torch.autograd.Function):
+    """Identity that records its tensor's statistics; in ORT a PythonOp carrying the subscriber key and a label."""
+
+    @staticmethod
+    def forward(ctx: Any, key: int, label: int, tensor: torch.Tensor) -> torch.Tensor:
+        if not is_exporting():
+            _SUBSCRIBERS[key].record_label(label, tensor)
+        remember_inputs(ctx, (tensor,), skip=2)
+        return tensor.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[Any, ...]:
+        return (None, None, *input_grads(ctx, (grad,)))
+
+    infer_shape = staticmethod(same_shapes)
+
+
+class EndStep(torch.autograd.Function):
+    """Identity on the outermost module's outputs that closes the subscriber's step at run time."""
+
+    @staticmethod
+    def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not is_exporting():
+            _SUBSCRIBERS[key].finish_step()
+        remember_inputs(ctx, tensors, skip=1)
+        return detached(tensors)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        return (None, *input_grads(ctx, grads))
+
+    infer_shape = staticmethod(same_shapes)
 
 
 def inspect_activation(name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """Record `tensor` under `name` in the active StatisticsSubscriber's current step; returns `tensor` unchanged.
+    """Record `tensor` under `name` in the current step of the subscriber of the model whose forward is running.
 
-    Call it inside the forward of a subscribed model. It does nothing when no subscriber is recording a step
-    (outside a forward or outside the subscriber's window) and while exporting, so it never adds graph nodes.
+    Use the returned tensor: under ORTModule it is the output of the recorder op, which ORT would prune otherwise.
+    Outside a subscribed forward it returns `tensor` itself and records nothing.
     """
-    if _current is not None:
-        _current.record(name, tensor)
-    return tensor
+    if _current is None:
+        return tensor
+    return _current.observe(name, tensor, ACTIVATION)
 
 
 def _rank() -> int:

@@ -4,7 +4,7 @@ Reads what `ort_zero.hooks.statistics.StatisticsSubscriber` writes (`<run>/rank_
 are matched by name within a step; floating-point statistics must agree within `atol + rtol * max(|a|, |b|)`
 (symmetric, so swapping the runs gives the same verdict; NaN matches NaN, an infinity matches only itself),
 integer ones (counts, integer min/max), shapes and dtypes exactly. A step or activation present in one run only
-is reported but is not a difference: an ORT run records fewer activations than a PyTorch run.
+is reported but is not a difference (e.g. a run recorded with a narrower step window).
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def _run_level_notes(comparison: RunComparison) -> list[str]:
 def _ranges(steps: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     parts, start = [], steps[0]
-    for previous, step in zip(steps, [*steps[1:], None]):
+    for previous, step in zip(steps, [*steps[1:], None], strict=True):
         if step != previous + 1:
             parts.append(str(start) if start == previous else f"{start}-{previous}")
             start = step

@@ -19,28 +19,8 @@ from deepspeed.runtime.zero import parameter_offload
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import is_exporting
+from ..hooks.passthrough import detached, input_grads, remember_inputs, same_shapes
 from . import state as zero3_state
-
-
-def _detached(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    return tuple(t.detach() for t in tensors)
-
-
-def _remember_inputs(ctx: Any, tensors: tuple[torch.Tensor, ...], skip: int) -> None:
-    """Keep what `_input_grads` needs: which inputs want a gradient, and their shapes."""
-    ctx.input_meta = [
-        (t.shape, t.dtype, t.device) if wanted else None
-        for t, wanted in zip(tensors, ctx.needs_input_grad[skip:], strict=False)
-    ]
-
-
-def _input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.Tensor | None]:
-    """Pass-through gradients, with zeros where an output got none: ORT's gradient graph needs a tensor for every
-    input that requires grad (a missing one fails its gradient Sum nodes)."""
-    return [
-        torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if grad is None and meta is not None else grad
-        for grad, meta in zip(grads, ctx.input_meta, strict=False)
-    ]
 
 
 class StepStartBridge(torch.autograd.Function):
@@ -50,17 +30,14 @@ class StepStartBridge(torch.autograd.Function):
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not is_exporting():
             zero3_state.lookup(key).offload.get_param_coordinator().reset_step()
-        ctx.set_materialize_grads(False)
-        _remember_inputs(ctx, tensors, skip=1)
-        return _detached(tensors)
+        remember_inputs(ctx, tensors, skip=1)
+        return detached(tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        return (None, *_input_grads(ctx, grads))
+        return (None, *input_grads(ctx, grads))
 
-    @staticmethod
-    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-        return shapes, dtypes
+    infer_shape = staticmethod(same_shapes)
 
 
 class PreForwardBridge(torch.autograd.Function):
@@ -78,13 +55,12 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.key, ctx.input_count = key, input_count
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
-        ctx.set_materialize_grads(False)
-        _remember_inputs(ctx, tensors[:input_count], skip=2)
+        remember_inputs(ctx, tensors[:input_count], skip=2)
         if not is_exporting():
             if ctx.counted:
                 module_state.grads_remaining += 1
             module_state.offload.pre_sub_module_forward_function(module_state.module)
-        outputs = _detached(tensors[:input_count])
+        outputs = detached(tensors[:input_count])
         if ctx.placeholders:
             params = module_state.bridged_params()
             if len(params) != len(ctx.placeholders):
@@ -112,7 +88,7 @@ class PreForwardBridge(torch.autograd.Function):
         placeholder_grads = [
             torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders
         ]
-        return (None, None, *_input_grads(ctx, grads[: ctx.input_count]), *placeholder_grads)
+        return (None, None, *input_grads(ctx, grads[: ctx.input_count]), *placeholder_grads)
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
@@ -134,13 +110,12 @@ class PostForwardBridge(torch.autograd.Function):
         module_state = zero3_state.lookup(key)
         ctx.key = key
         ctx.counted = any(ctx.needs_input_grad[1:])
-        ctx.set_materialize_grads(False)
-        _remember_inputs(ctx, tensors, skip=1)
+        remember_inputs(ctx, tensors, skip=1)
         if not is_exporting():
             release_after_forward(module_state)
             if ctx.counted:
                 module_state.pending_pre_backward += 1
-        return _detached(tensors)
+        return detached(tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
@@ -148,11 +123,9 @@ class PostForwardBridge(torch.autograd.Function):
         if ctx.counted and module_state.pending_pre_backward > 0:
             module_state.pending_pre_backward -= 1
             module_state.offload.pre_sub_module_backward_function(module_state.module)
-        return (None, *_input_grads(ctx, grads))
+        return (None, *input_grads(ctx, grads))
 
-    @staticmethod
-    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-        return shapes, dtypes
+    infer_shape = staticmethod(same_shapes)
 
 
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:

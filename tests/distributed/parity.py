@@ -35,7 +35,7 @@ def assert_same_training(reference: dict, result: dict, rtol: float, atol: float
         # near-zero gradient entries show up elementwise at ~1e-6 even when the tensors agree to 1e-6 overall.
         norm = math.sqrt(sum(a * a for a in expected)) or 1.0
         relative = math.sqrt(sum((a - b) ** 2 for a, b in zip(expected, got, strict=True))) / norm
-        assert (
-            max_abs <= atol or relative <= rtol
-        ), f"parameter {name}: max |diff| {max_abs:.3g}, relative {relative:.3g}"
+        assert max_abs <= atol or relative <= rtol, (
+            f"parameter {name}: max |diff| {max_abs:.3g}, relative {relative:.3g}"
+        )
     assert reference["losses"][-1] < reference["losses"][0], "the reference run did not learn: the test proves nothing"

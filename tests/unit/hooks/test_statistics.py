@@ -227,7 +227,7 @@ def test_inspect_activation_does_not_change_gradients(tmp_path: Path) -> None:
     x = torch.randn(3, 4)
     model(x).sum().backward()
     plain(x).sum().backward()
-    for (name, a), b in zip(model.named_parameters(), plain.parameters()):
+    for (name, a), b in zip(model.named_parameters(), plain.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad), name
 
 

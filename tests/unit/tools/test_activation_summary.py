@@ -151,10 +151,12 @@ def test_shape_and_dtype_differences(tmp_path: Path) -> None:
     reshaped = replaced(steps, 0, "a", steps[0][0][1].reshape(5, 4))
     retyped = replaced(steps, 0, "a", steps[0][0][1].double())
     reference = load_run(dump(tmp_path / "a", steps))
-    assert [f.field for f in compare_runs(reference, load_run(dump(tmp_path / "b", reshaped))).first_difference
-            .fields] == ["shape"]
-    assert [f.field for f in compare_runs(reference, load_run(dump(tmp_path / "c", retyped))).first_difference
-            .fields] == ["dtype"]
+    assert [
+        f.field for f in compare_runs(reference, load_run(dump(tmp_path / "b", reshaped))).first_difference.fields
+    ] == ["shape"]
+    assert [
+        f.field for f in compare_runs(reference, load_run(dump(tmp_path / "c", retyped))).first_difference.fields
+    ] == ["dtype"]
 
 
 def test_activations_and_steps_in_one_run_only_are_reported_not_differences(tmp_path: Path) -> None:
