@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import os
 import resource
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import deepspeed
 import psutil
 import torch
 import torch.nn.functional as F
+from deepspeed.accelerator import get_accelerator
 from torch import nn
 
 
@@ -62,13 +66,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--profile", action="store_true", help="cProfile the measured steps (rank0.pstats)")
     args = parser.parse_args()
 
     if args.mode != "native":
         import ort_zero
 
         ort_zero.enable_zero3(mem_efficient_grads=args.mem_grads)
-    deepspeed.init_distributed(dist_backend="gloo")
+    accelerator = get_accelerator()
+    on_cpu = accelerator.device_name() == "cpu"
+    deepspeed.init_distributed(dist_backend="gloo" if on_cpu else accelerator.communication_backend_name())
+    if not on_cpu:
+        accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     rank = torch.distributed.get_rank()
     torch.manual_seed(0)
     if args.model == "gpt":
@@ -93,26 +102,48 @@ def main() -> None:
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     generator = torch.Generator().manual_seed(rank)
 
+    losses = []
+
     def step() -> float:
         ids = torch.randint(0, 256, (4, seq + 1), generator=generator)
         start = time.perf_counter()
-        loss = engine(input_ids=ids[:, :-1].contiguous(), labels=ids[:, 1:].contiguous())["loss"]
+        loss = engine(input_ids=ids[:, :-1].to(engine.device), labels=ids[:, 1:].to(engine.device))["loss"]
         engine.backward(loss)
         engine.step()
-        return (time.perf_counter() - start) * 1000
+        elapsed = (time.perf_counter() - start) * 1000
+        losses.append(loss.item())
+        return elapsed
 
     for _ in range(args.warmup):
         step()
     before = psutil.Process().memory_info().rss
+    on_gpu = engine.device.type == "cuda"
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+    profiler = cProfile.Profile() if args.profile and rank == 0 else None
+    tracemalloc.start()
     with PeakRss() as sampler:
+        if profiler is not None:
+            profiler.enable()
         times = [step() for _ in range(args.steps)]
+        if profiler is not None:
+            profiler.disable()
     result = {
         "step_ms": times,
+        "losses": losses,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "step_rss_growth_mib": (sampler.peak - before) / 2**20,
+        # Python objects only: torch's CPU allocator (tensor storage) bypasses tracemalloc.
+        "python_peak_mib": tracemalloc.get_traced_memory()[1] / 2**20,
+        "gpu_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if on_gpu else None,
     }
+    tracemalloc.stop()
+    if args.mode == "ort":  # a benchmark of a silent PyTorch fallback would measure the wrong thing
+        assert engine.module._torch_module._execution_manager(is_training=True)._execution_agent is not None
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
+    if profiler is not None:
+        profiler.dump_stats(args.out / "rank0.pstats")
 
 
 if __name__ == "__main__":

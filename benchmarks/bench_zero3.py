@@ -5,9 +5,10 @@ without memory-efficient gradients), side by side in one run.
     .venv/bin/python benchmarks/bench_zero3.py --model mlp          # a wide MLP, where gradients dominate memory
 
 Each configuration runs under torchrun on 2 local ranks (gloo on CPU). Reported per configuration: the median step
-time over the measured steps (after warm-up, which includes ORT's export), the ratio to native ZeRO-3, and per rank
+time over the measured steps (after warm-up, which includes ORT's export), the ratio to native ZeRO-3, per rank
 the process's peak RSS and how far the measured steps pushed RSS above where they started (sampled every
-millisecond: torch's CPU allocator is invisible to `tracemalloc`).
+millisecond: torch's CPU allocator is invisible to `tracemalloc`, which gives the Python-side peak), the GPU
+allocator's peak on CUDA, and the last loss (configurations that must compute the same numbers show the same).
 """
 
 from __future__ import annotations
@@ -39,18 +40,19 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--profile", type=Path, help="also cProfile rank 0: writes PROFILE/<config>/rank0.pstats")
     args = parser.parse_args()
 
     worker = Path(__file__).with_name("bench_worker.py")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.configs:
-            out = Path(scratch) / name
+            out = (args.profile or Path(scratch)) / name
             command = [
                 sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
                 "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(worker),
                 *CONFIGS[name], "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
-                "--out", str(out),
+                "--out", str(out), *(["--profile"] if args.profile else []),
             ]  # fmt: skip
             env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
             env.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
@@ -64,14 +66,21 @@ def main() -> int:
 
     native = next((statistics.median(r[0]["step_ms"]) for n, r in rows if n == "native-z3"), None)
     print(f"\nmodel {args.model}, {args.nproc} ranks, median of {args.steps} steps after {args.warmup} warm-up\n")
-    print("| config | median step ms | vs native-z3 | peak RSS MiB per rank | RSS growth in steps MiB per rank |")
-    print("|---|---:|---:|---|---|")
+    print(
+        "| config | median step ms | vs native-z3 | peak RSS MiB per rank | RSS growth in steps MiB per rank "
+        "| Python peak MiB | GPU peak MiB | last loss |"
+    )
+    print("|---|---:|---:|---|---|---:|---:|---:|")
     for name, ranks in rows:
         median = statistics.median(ranks[0]["step_ms"])
         ratio = f"{median / native:.2f}x" if native else "-"
         peaks = " / ".join(f"{r['peak_rss_mib']:.0f}" for r in ranks)
         growth = " / ".join(f"{r['step_rss_growth_mib']:.0f}" for r in ranks)
-        print(f"| {name} | {median:.1f} | {ratio} | {peaks} | {growth} |")
+        gpu = " / ".join(f"{r['gpu_peak_mib']:.0f}" for r in ranks) if ranks[0]["gpu_peak_mib"] else "-"
+        print(
+            f"| {name} | {median:.1f} | {ratio} | {peaks} | {growth} | {ranks[0]['python_peak_mib']:.1f} | {gpu} "
+            f"| {ranks[0]['losses'][-1]:.6f} |"
+        )
     return 0
 
 
