@@ -39,7 +39,6 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
 
 def disable_zero3() -> None:
     """Restore every DeepSpeed and ORT symbol ort_zero replaced. Engines created meanwhile keep their hooks."""
-    patches.revert_group("mem_grad")
     patches.revert_group("ort")
     patches.revert_group("zero3")
     _settings["mem_efficient_grads"] = False

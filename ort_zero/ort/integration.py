@@ -128,7 +128,7 @@ def loud_fallback(original: Callable) -> Callable:
     @functools.wraps(original)
     def fallback(self: Any, log_level: Any, *inputs: Any, **kwargs: Any) -> Any:
         if not getattr(self, "_ort_zero_announced", False):
-            rank = os.environ.get("RANK", "0")
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else os.environ.get("RANK", 0)
             message = (
                 f"ort_zero: rank {rank}: ORTModule FELL BACK TO PYTORCH ({type(self._exception).__name__}: "
                 f"{self._exception}). This model is not running in ONNX Runtime. Unset ORTMODULE_FALLBACK_POLICY "
