@@ -4,7 +4,8 @@ ort_zero's Functions (ZeRO-3 bridges, statistics recorders) return their tensor 
 side effect. Exported by ORTModule they become PythonOps, which imposes three rules kept here in one place:
 outputs are new tensor objects (detached views), every input that wants a gradient gets one (ORT's gradient Sum
 nodes fail on a missing one, so an output that got no gradient contributes zeros), and ORT's shape inference is
-told that outputs have the inputs' shapes and types.
+told that outputs have the inputs' shapes and types. ORT is also told which outputs share their input's memory
+(`alias_maps`): otherwise it copies every such output, at every module boundary.
 """
 
 from __future__ import annotations
@@ -41,3 +42,22 @@ def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.
 def same_shapes(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
     """ORT shape inference for a pass-through PythonOp: outputs as inputs."""
     return shapes, dtypes
+
+
+def alias_maps(node_proto: bytes, non_tensor_inputs: int, passed_through: int | None = None) -> tuple[list, list]:
+    """ORT input-alias maps for a PythonOp whose first `passed_through` tensor outputs are views of its first tensor
+    inputs (all of them when None), so that ORT plans them as reused buffers instead of copying each one.
+
+    Forward map: one entry per output (ORT's context output excluded), the index of the argument it shares memory
+    with among all `forward` arguments (non-tensor ones first, as in the signature), or -1. Backward map: one entry
+    per `forward` argument; all -1, because a gradient ORT leaves undefined comes back as new zeros, so whether an
+    input gradient is the output gradient itself is only known at run time (ORT then copies it).
+    """
+    import onnx
+
+    node = onnx.NodeProto()
+    node.ParseFromString(node_proto)
+    outputs, tensor_inputs = len(node.output) - 1, len(node.input)
+    through = min(outputs, tensor_inputs) if passed_through is None else passed_through
+    forward = [non_tensor_inputs + i if i < through else -1 for i in range(outputs)]
+    return forward, [-1] * (non_tensor_inputs + tensor_inputs)

@@ -29,7 +29,7 @@ import torch
 
 from .export_mode import is_exporting
 from .nested import flatten
-from .passthrough import detached, input_grads, remember_inputs, same_shapes
+from .passthrough import alias_maps, detached, input_grads, remember_inputs, same_shapes
 from .subscriber import RunContext, SubscriberBase
 
 ROOT_NAME = "(root)"
@@ -220,6 +220,10 @@ class RecordStatistics(torch.autograd.Function):
 
     infer_shape = staticmethod(same_shapes)
 
+    @staticmethod
+    def alias_input(node_proto: bytes) -> tuple[list, list]:
+        return alias_maps(node_proto, non_tensor_inputs=2)
+
 
 class EndStep(torch.autograd.Function):
     """Identity on the outermost module's outputs that closes the subscriber's step at run time."""
@@ -236,6 +240,10 @@ class EndStep(torch.autograd.Function):
         return (None, *input_grads(ctx, grads))
 
     infer_shape = staticmethod(same_shapes)
+
+    @staticmethod
+    def alias_input(node_proto: bytes) -> tuple[list, list]:
+        return alias_maps(node_proto, non_tensor_inputs=1)
 
 
 def inspect_activation(name: str, tensor: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from deepspeed.runtime.zero import parameter_offload
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import is_exporting
-from ..hooks.passthrough import detached, input_grads, remember_inputs, same_shapes
+from ..hooks.passthrough import alias_maps, detached, input_grads, remember_inputs, same_shapes
 from . import state as zero3_state
 
 
@@ -38,6 +38,10 @@ class StepStartBridge(torch.autograd.Function):
         return (None, *input_grads(ctx, grads))
 
     infer_shape = staticmethod(same_shapes)
+
+    @staticmethod
+    def alias_input(node_proto: bytes) -> tuple[list, list]:
+        return alias_maps(node_proto, non_tensor_inputs=1)
 
 
 class PreForwardBridge(torch.autograd.Function):
@@ -101,6 +105,15 @@ class PreForwardBridge(torch.autograd.Function):
             dtypes = dtypes[:start] + [_onnx_dtype(p.dtype) for p in params]
         return shapes, dtypes
 
+    @staticmethod
+    def alias_input(node_proto: bytes) -> tuple[list, list]:
+        """Module inputs pass through; the full-sized parameters after them are new tensors."""
+        import onnx
+
+        node = onnx.NodeProto()
+        node.ParseFromString(node_proto)
+        return alias_maps(node_proto, non_tensor_inputs=2, passed_through=_int_scalar_args(node)[1])
+
 
 class PostForwardBridge(torch.autograd.Function):
     """After a module's forward: release its parameters; before its backward: gather them again."""
@@ -126,6 +139,10 @@ class PostForwardBridge(torch.autograd.Function):
         return (None, *input_grads(ctx, grads))
 
     infer_shape = staticmethod(same_shapes)
+
+    @staticmethod
+    def alias_input(node_proto: bytes) -> tuple[list, list]:
+        return alias_maps(node_proto, non_tensor_inputs=1)
 
 
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:

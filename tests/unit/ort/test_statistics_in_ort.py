@@ -92,3 +92,14 @@ def test_the_window_applies_under_ort(tmp_path: Path) -> None:
     torch.manual_seed(0)
     train(Net(), tmp_path / "ort", start_step=1, end_step=2)
     assert sorted(load_run(tmp_path / "ort", 0).steps) == [1]
+
+
+def test_ort_does_not_copy_the_recorders_outputs(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The recorders declare their outputs as views of their inputs (`alias_input`); without that, ORT's PythonOp
+    kernel copies each output and says so on stdout ("A clone will be done ...") the first time it runs."""
+    torch.manual_seed(0)
+    model = train(Net(), tmp_path / "ort")
+    assert model._torch_module._execution_manager(True)._execution_agent is not None, "no ORT session ran"
+    printed = capfd.readouterr().out
+    copied = [line for line in printed.splitlines() if "Forward" in line and "A clone will be done" in line]
+    assert not copied, copied

@@ -1,0 +1,230 @@
+"""The three ZeRO-3 bridges applied by hand, one at a time, and the per-module state registry behind their keys.
+
+Each bridge must be an identity for values and gradients (the exporter turns it into a PythonOp that ORT runs in
+the middle of the graph) and make exactly the DeepSpeed call it stands for, at the right moment. The fake offload
+of conftest.py logs those calls; `subscribe` registers the module states the bridges look up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from deepspeed.runtime.zero import parameter_offload
+from deepspeed.utils import set_z3_leaf_module
+from torch import nn
+
+from ort_zero.hooks import exporting
+from ort_zero.zero3 import state as zero3_state
+from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
+
+
+def registered(subscribe: Callable[[nn.Module], Any], module: nn.Module) -> tuple[zero3_state.ModuleState, Any]:
+    """The state registered for `module` (subscribed alone) and the fake offload that logs its calls."""
+    subscribed = subscribe(module)
+    return subscribed.subscriber.states[module], subscribed.offload
+
+
+def apply(bridge: str, module_state: zero3_state.ModuleState, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Apply a bridge as the subscriber does (post-forward expects its module on DeepSpeed's forward stack)."""
+    if bridge == "step_start":
+        return StepStartBridge.apply(module_state.key, *tensors)
+    if bridge == "pre_forward":
+        return PreForwardBridge.apply(module_state.key, len(tensors), *tensors)
+    parameter_offload.FWD_MODULE_STACK.append(module_state.module)
+    return PostForwardBridge.apply(module_state.key, *tensors)
+
+
+BRIDGES = ["step_start", "pre_forward", "post_forward"]
+
+
+@pytest.mark.parametrize("bridge", BRIDGES)
+def test_values_pass_through_and_gradcheck_holds(subscribe: Callable, bridge: str) -> None:
+    """Numeric and analytic Jacobians agree and are the identity: the bridge changes no number."""
+    module_state, _ = registered(subscribe, nn.Linear(2, 2))
+    a = torch.randn(3, 2, dtype=torch.double, requires_grad=True)
+    b = torch.randn(4, dtype=torch.double, requires_grad=True)
+    with exporting():  # gradcheck runs forward many times; keep the fake's stack and counters out of it
+        outputs = apply(bridge, module_state, a, b)
+        assert all(torch.equal(o, i) for o, i in zip(outputs, (a, b), strict=True))
+        assert torch.autograd.gradcheck(lambda x, y: apply(bridge, module_state, x, y), (a, b))
+
+
+@pytest.mark.parametrize("bridge", BRIDGES)
+def test_unused_outputs_get_zero_gradients(subscribe: Callable, bridge: str) -> None:
+    """ORT's gradient Sum nodes need a tensor for every input that requires grad, even when its output was unused."""
+    module_state, _ = registered(subscribe, nn.Linear(2, 2))
+    used, unused = torch.randn(3, requires_grad=True), torch.randn(2, 5, requires_grad=True)
+    out_used, _ = apply(bridge, module_state, used, unused)
+    (out_used * 2).sum().backward()
+    torch.testing.assert_close(used.grad, torch.full((3,), 2.0))
+    assert unused.grad is not None, "no gradient materialized for the unused output"
+    assert torch.equal(unused.grad, torch.zeros(2, 5))
+
+
+def test_step_start_resets_the_coordinator(subscribe: Callable) -> None:
+    module_state, offload = registered(subscribe, nn.Linear(2, 2))
+    StepStartBridge.apply(module_state.key, torch.randn(2))
+    assert offload.take() == [("reset_step", "")]
+
+
+def test_pre_forward_gathers_then_releases_after_the_last_backward(subscribe: Callable) -> None:
+    """A module used twice: two gathers, and the post-backward release only once both input gradients arrived."""
+    module_state, offload = registered(subscribe, nn.Linear(2, 2))
+    x = torch.randn(2, requires_grad=True)
+    (first,) = apply("pre_forward", module_state, x)
+    (second,) = apply("pre_forward", module_state, x)
+    assert offload.take() == [("fwd_gather", "root"), ("fwd_gather", "root")]
+    assert parameter_offload.FWD_MODULE_STACK[-2:] == [module_state.module] * 2
+    assert module_state.grads_remaining == 2
+    first.sum().backward()
+    assert offload.take() == [] and module_state.grads_remaining == 1
+    second.sum().backward()
+    assert offload.take() == [("bwd_release", "root")] and module_state.grads_remaining == 0
+    torch.testing.assert_close(x.grad, torch.full((2,), 2.0))
+
+
+def test_pre_forward_without_gradient_inputs_is_not_counted(subscribe: Callable) -> None:
+    module_state, offload = registered(subscribe, nn.Linear(2, 2))
+    apply("pre_forward", module_state, torch.randn(2))
+    assert offload.take() == [("fwd_gather", "root")]
+    assert module_state.grads_remaining == 0
+
+
+def test_post_forward_releases_then_gathers_once_per_application(subscribe: Callable) -> None:
+    """The module leaves DeepSpeed's forward stack before its release; one backward gather covers all outputs."""
+    module_state, offload = registered(subscribe, nn.Linear(2, 2))
+    x = torch.randn(2, requires_grad=True)
+    a, b = apply("post_forward", module_state, x * 1, x * 2)
+    assert parameter_offload.FWD_MODULE_STACK == ["<root marker>"]
+    assert offload.stack_at_release == [["<root marker>"]]
+    assert offload.take() == [("fwd_release", "root")]
+    assert module_state.pending_pre_backward == 1
+    (a + b).sum().backward()
+    assert offload.take() == [("bwd_gather", "root")]
+    assert module_state.pending_pre_backward == 0
+
+
+def test_no_deepspeed_call_while_exporting(subscribe: Callable) -> None:
+    """A collective inside the ONNX exporter's trace breaks the export: bridges only pass values then."""
+    module_state, offload = registered(subscribe, nn.Linear(2, 2))
+    x = torch.randn(2, requires_grad=True)
+    with exporting():
+        for bridge in BRIDGES:
+            (x,) = apply(bridge, module_state, x)
+        parameter_offload.FWD_MODULE_STACK.pop()  # what `apply` pushed for the post-forward bridge
+    assert (module_state.grads_remaining, module_state.pending_pre_backward) == (0, 0)
+    assert parameter_offload.FWD_MODULE_STACK == ["<root marker>"]
+    x.sum().backward()
+    assert offload.take() == []
+
+
+def test_placeholders_become_full_parameters_whose_gradients_reach_them(
+    subscribe: Callable, deepspeed_init: Callable
+) -> None:
+    """In an ORT graph the bridge outputs the gathered parameters; their gradients come back through param.backward."""
+    linear = nn.Linear(3, 2)
+    linear.bias.requires_grad_(False)
+    deepspeed_init(linear)
+    module_state, _ = registered(subscribe, linear)
+    x = torch.randn(4, 3, requires_grad=True)
+    placeholders = [torch.zeros(1, requires_grad=True) for _ in range(2)]
+    y, weight, bias = PreForwardBridge.apply(module_state.key, 1, x, *placeholders)
+    assert torch.equal(weight, linear.weight) and weight is not linear.weight
+    assert weight.requires_grad
+    nn.functional.linear(y, weight, bias).square().sum().backward()
+
+    reference = x.detach().clone().requires_grad_()
+    expected_weight = linear.weight.detach().clone().requires_grad_()
+    nn.functional.linear(reference, expected_weight, linear.bias.detach()).square().sum().backward()
+    torch.testing.assert_close(linear.weight.grad, expected_weight.grad)
+    torch.testing.assert_close(x.grad, reference.grad)
+    assert linear.bias.grad is None, "a frozen parameter must not get a gradient"
+    assert all(torch.equal(p.grad, torch.zeros(1)) for p in placeholders)
+
+
+def test_placeholder_count_must_match_the_exported_parameters(subscribe: Callable, deepspeed_init: Callable) -> None:
+    linear = nn.Linear(3, 2)
+    deepspeed_init(linear)
+    linear.ds_id = 0  # setup_zero_stage3_hooks numbers modules; the message names it
+    module_state, _ = registered(subscribe, linear)
+    with pytest.raises(RuntimeError, match="exported with 1 partitioned parameters but now has 2"):
+        PreForwardBridge.apply(module_state.key, 1, torch.randn(3), torch.zeros(1))
+
+
+@pytest.mark.parametrize("leaf", [True, False])
+def test_z3_leaf_reduce_hooks_run_from_the_bridge_backward(
+    subscribe: Callable, deepspeed_init: Callable, leaf: bool
+) -> None:
+    """DeepSpeed reduces a leaf module's gradients in a module backward hook that ORT never triggers."""
+    block = nn.Sequential(nn.Linear(2, 2))
+    set_z3_leaf_module(block, leaf)
+    deepspeed_init(block)
+    calls: list[nn.Module] = []
+    block.register_full_backward_hook(lambda module, grad_in, grad_out: calls.append(module))
+    module_state, _ = registered(subscribe, block)
+    x = torch.randn(2, requires_grad=True)
+    placeholders = [torch.zeros(1) for _ in module_state.bridged_params()]
+    assert len(placeholders) == (2 if leaf else 0), "a leaf module gathers the parameters below it"
+    y, *params = PreForwardBridge.apply(module_state.key, 1, x, *placeholders)
+    (y.sum() + sum(p.sum() for p in params)).backward()
+    assert calls == ([block] if leaf else [])
+
+
+def test_parameter_shape_inference_reports_full_shapes(subscribe: Callable, deepspeed_init: Callable) -> None:
+    """ORT infers a bridge's parameter outputs from `ds_shape`: partitioned parameters hold (0)-sized data."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime.training")
+    linear = nn.Linear(3, 2)
+    deepspeed_init(linear)
+    for param in linear.parameters():
+        param.data = torch.empty(0)
+    module_state, _ = registered(subscribe, linear)
+    node = onnx.helper.make_node(
+        "PythonOp", ["x", "p0", "p1"], ["ctx", "y", "w", "b"], input_int_scalars=[module_state.key, 1]
+    )
+    shapes, dtypes = PreForwardBridge.infer_shape(node, [[4, 3], [1], [1]], [1, 1, 1])
+    assert shapes == [[4, 3], [2, 3], [2]]
+    assert dtypes == [1, onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT]
+    with pytest.raises(RuntimeError, match="not an ort_zero bridge"):
+        PreForwardBridge.infer_shape(onnx.helper.make_node("PythonOp", [], [], "other"), [], [])
+
+
+def test_registry_hands_out_keys_and_releases_them() -> None:
+    """Keys are unique per registration; a released key fails with a message that says what happened."""
+    module = nn.Linear(2, 2)
+    first, second = zero3_state.register(module, "offload"), zero3_state.register(module, "offload")
+    try:
+        assert first.key != second.key
+        assert zero3_state.lookup(first.key) is first and zero3_state.lookup(second.key) is second
+        zero3_state.unregister(first)
+        with pytest.raises(RuntimeError, match=f"no ZeRO-3 module state for key {first.key}.*unsubscribed"):
+            zero3_state.lookup(first.key)
+        zero3_state.unregister(first)  # a second release is harmless
+        assert zero3_state.lookup(second.key) is second
+    finally:
+        zero3_state.unregister(second)
+    with pytest.raises(RuntimeError, match="unsubscribed"):
+        StepStartBridge.apply(second.key, torch.randn(2))
+
+
+def test_bridged_params_are_fetched_in_ds_id_order_and_frozen(deepspeed_init: Callable) -> None:
+    """What a bridge hands ORT is fixed at first use, so the exported graph and later runs agree."""
+    from deepspeed.runtime.zero.partition_parameters import register_external_parameter
+
+    owner, other = nn.Linear(2, 2), nn.Linear(2, 2)
+    root = nn.ModuleList([other, owner])
+    deepspeed_init(root)  # other's parameters get the lower ds_ids
+    register_external_parameter(owner, other.weight)
+    module_state = zero3_state.register(owner, "offload")
+    try:
+        expected = [other.weight, owner.weight, owner.bias]
+        assert module_state.bridged_params() == expected
+        owner.extra = nn.Parameter(torch.zeros(1))
+        owner.extra.ds_id = -1
+        assert module_state.bridged_params() == expected
+        assert zero3_state.fetched_params(owner)[0] is owner.extra
+    finally:
+        zero3_state.unregister(module_state)
