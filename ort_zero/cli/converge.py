@@ -1,22 +1,33 @@
 """`ort-zero converge`: the same model, seed and data with PyTorch-ZeRO3 and ORT-ZeRO3; do the curves agree?
 
-Runs `ort_zero.examples.train_gpt` twice under torchrun (N local ranks, 127.0.0.1 rendezvous), then writes
-`report.md` (per-step losses, max difference, time per step, first divergence) and `losses.png`, and exits 1 when
-the curves differ beyond tolerance, 2 when a run fails.
+"PyTorch" is ort_zero's ZeRO-3 hooks in plain PyTorch (train_gpt `--no-ort`), "ORT" the same hooks with the model in
+ORTModule (`--ort`). Checks the DeepSpeed config first, then runs `ort_zero.examples.train_gpt` twice under torchrun
+(N local ranks, 127.0.0.1 rendezvous), then writes `report.md` (per-step losses, max difference, time per step,
+first divergence) and `losses.png`, and exits 1 when the curves differ beyond tolerance, 2 when the config is
+unusable or a run fails. A run past `--timeout` is stopped with its ranks.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+from ort_zero.examples.config import ConfigError, load_and_check
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
+RUN_TAG = "ORT_ZERO_CONVERGE_RUN"  # a fresh value per run in the launcher's environment: finds ranks in other sessions
+STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 
 
 @dataclass
@@ -39,8 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.deepspeed_config.is_file():
-        print(f"ort-zero converge: DeepSpeed config not found: {args.deepspeed_config}", file=sys.stderr)
+    try:
+        load_and_check(args.deepspeed_config, world_size=args.nproc, ort_zero_enabled=True)
+    except ConfigError as error:
+        print(f"ort-zero converge: {error}", file=sys.stderr)
         return 2
     args.output_dir.mkdir(parents=True, exist_ok=True)
     curves: dict[str, Curve] = {}
@@ -74,14 +87,67 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
     env = dict(os.environ, ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
     env.setdefault("DS_ACCELERATOR", "cpu")
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "launcher.log", "w") as log:
-        try:
-            result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            return f"no result within {args.timeout:.0f}s (see {run_dir / 'launcher.log'})"
-    if result.returncode != 0:
-        return f"exit code {result.returncode} (see {run_dir / 'launcher.log'})"
+    log_path = run_dir / "launcher.log"
+    with open(log_path, "w") as log:
+        returncode = launch(command, env, log, args.timeout)
+    if returncode is None:
+        return f"no result within {args.timeout:.0f}s, stopped (see {log_path})"
+    if returncode != 0:
+        return f"exit code {returncode} (see {log_path})"
     return None
+
+
+def launch(command: list[str], env: dict[str, str], log: IO[str], timeout: float) -> int | None:
+    """Run `command` with its output in `log`; its exit code, or None when it ran past `timeout` and was stopped.
+
+    The launcher gets a session of its own and a unique tag in its environment; whatever it leaves running (ranks
+    in sessions of their own included) is stopped before this returns.
+    """
+    tag = uuid.uuid4().hex
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env={**env, RUN_TAG: tag}, start_new_session=True
+    )
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        _stop(process, tag)
+
+
+def _stop(process: subprocess.Popen[bytes], tag: str) -> None:
+    """SIGTERM the launcher's process group (torchrun then stops its workers), SIGKILL what is left after a grace."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process.poll() is not None and not _tagged(tag) and not _group_alive(process.pid):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        for pid in _tagged(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and (process.poll() is None or _tagged(tag) or _group_alive(process.pid)):
+            time.sleep(0.1)
+
+
+def _tagged(tag: str) -> list[int]:
+    """Live processes whose environment carries this run's tag."""
+    marker = f"{RUN_TAG}={tag}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+    return pids
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def read_curve(path: Path) -> Curve:
@@ -118,6 +184,9 @@ def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Nam
     median = {name: sorted(c.times_ms)[len(c.times_ms) // 2] for name, c in curves.items()}
     lines = [
         "# ort_zero convergence: PyTorch-ZeRO3 vs ORT-ZeRO3",
+        "",
+        "PyTorch: ort_zero's ZeRO-3 hooks with the model in plain PyTorch (train_gpt `--no-ort`); "
+        "ORT: the same hooks with the model in ORTModule (`--ort`). Same model, seed and data.",
         "",
         f"- ranks: {args.nproc}, steps: {args.steps}, seq len: {args.seq_len}, seed: {args.seed}",
         f"- DeepSpeed config: `{args.deepspeed_config}`",

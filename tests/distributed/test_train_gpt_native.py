@@ -1,7 +1,8 @@
 """ort_zero.examples.train_gpt end to end: 2 CPU ranks under torchrun, the GPT on the stdlib corpus.
 
 Native DeepSpeed ZeRO-3 (the reference) learns and resumes from a checkpoint onto the same loss curve; the ORT path
-(the demo's default) follows the native curve.
+(the demo's default) follows the native curve; an ORT checkpoint resumes in PyTorch and converts, with DeepSpeed's
+zero_to_fp32.py, into a state dict for the plain GPT.
 """
 
 from __future__ import annotations
@@ -9,22 +10,31 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 from launcher import free_port, run_launcher, torchrun_cmd
+
+from ort_zero.data import load_corpus, sample_batch
+from ort_zero.models import GPT, GPTConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "ort_zero" / "examples" / "train_gpt.py"
 CONFIG = ROOT / "ds_configs" / "zero3_cpu_fp32.json"
 SMALL = ["--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4", "--seed", "7"]
 STEPS = 6
+ORT_BANNER = "ONNX Runtime Training (ORTModule) is accelerating your model"  # rank 0, once its ORT session exists
 
 
 def train(out: Path, *args: str, config: Path = CONFIG, timeout: float = 400) -> list[dict[str, float]]:
-    """Run the trainer on 2 ranks; the rows of its losses.csv."""
+    """Run the trainer on 2 ranks; the rows of its losses.csv. The launcher's output is appended to out/launcher.log."""
     argv = ["--deepspeed_config", str(config), "--output-dir", str(out), *SMALL, *args]
-    run_launcher(torchrun_cmd(TRAINER, argv, port=free_port(), nproc=2), timeout=timeout, cwd=ROOT)
+    result = run_launcher(torchrun_cmd(TRAINER, argv, port=free_port(), nproc=2), timeout=timeout, cwd=ROOT)
+    with (out / "launcher.log").open("a") as log:
+        log.write(result.stdout)
     with (out / "losses.csv").open(newline="") as handle:
         return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
 
@@ -49,9 +59,7 @@ def test_native_run_writes_its_record_and_learns(straight: tuple[Path, list[dict
     assert recorded["world_size"] == 2 and recorded["native"] and not recorded["ort"]
 
 
-def test_resumed_run_continues_the_same_curve(
-    tmp_path: Path, straight: tuple[Path, list[dict[str, float]]]
-) -> None:
+def test_resumed_run_continues_the_same_curve(tmp_path: Path, straight: tuple[Path, list[dict[str, float]]]) -> None:
     _, reference = straight
     first = train(tmp_path, "--native", "--steps", str(STEPS // 2), "--save-every", str(STEPS // 2))
     assert (tmp_path / "checkpoints" / "latest").is_file()
@@ -67,3 +75,62 @@ def test_ort_path_follows_the_native_curve(tmp_path: Path, straight: tuple[Path,
     rows = train(tmp_path, "--ort", "--steps", str(STEPS), timeout=500)
     assert json.loads((tmp_path / "args.json").read_text())["ort_zero_enabled"]
     assert losses(rows) == pytest.approx(losses(reference), rel=1e-5, abs=1e-6)
+
+
+def small_gpt() -> GPT:
+    """The plain (no DeepSpeed, no ORT) GPT of the SMALL runs."""
+    options = dict(zip(SMALL[::2], SMALL[1::2], strict=True))
+    return GPT(
+        GPTConfig(n_layer=int(options["--n-layer"]), n_head=int(options["--n-head"]),
+                  d_model=int(options["--d-model"]), max_seq=int(options["--seq-len"]))
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def loss_at(model: GPT, step: int, world_size: int = 2) -> float:
+    """The loss train_gpt logs at `step` for these weights: the mean over ranks and micro-batches (no dropout)."""
+    config = json.loads(CONFIG.read_text())
+    micro, accumulation = config["train_micro_batch_size_per_gpu"], config.get("gradient_accumulation_steps", 1)
+    options = dict(zip(SMALL[::2], SMALL[1::2], strict=True))
+    seed, seq_len, corpus = int(options["--seed"]), int(options["--seq-len"]), load_corpus()
+    model.eval()
+    total = 0.0
+    for micro_step in range(step * accumulation, (step + 1) * accumulation):
+        for rank in range(world_size):
+            batch = sample_batch(seed, micro_step, rank, world_size, micro, seq_len, corpus)
+            total += model(**batch)["loss"].double().item()
+    return total / (accumulation * world_size)
+
+
+def test_ort_checkpoint_resumes_in_pytorch_and_converts_to_the_plain_model(
+    tmp_path: Path, straight: tuple[Path, list[dict[str, float]]]
+) -> None:
+    """Save in ORT, resume with ort_zero's hooks in PyTorch, then zero_to_fp32.py gives the plain GPT its weights."""
+    _, reference = straight
+    half = STEPS // 2
+    train(tmp_path, "--ort", "--steps", str(half), "--save-every", str(half), timeout=500)
+    assert (tmp_path / "launcher.log").read_text().count(ORT_BANNER) == 1, "the --ort run created no ORT session"
+    checkpoints = tmp_path / "checkpoints"
+    assert (checkpoints / "latest").read_text().strip() == f"global_step{half}"
+    resumed = train(tmp_path, "--no-ort", "--steps", str(STEPS), "--resume")
+    assert (tmp_path / "launcher.log").read_text().count(ORT_BANNER) == 1, "the --no-ort run used ORT"
+    assert [int(row["step"]) for row in resumed] == list(range(STEPS))
+    assert losses(resumed) == pytest.approx(losses(reference), rel=1e-5, abs=1e-6)
+
+    # What users run: the script DeepSpeed copies next to the checkpoint.
+    script = checkpoints / "zero_to_fp32.py"
+    assert script.is_file(), sorted(p.name for p in checkpoints.iterdir())
+    converted = tmp_path / "fp32"
+    subprocess.run(
+        [sys.executable, str(script), str(checkpoints), str(converted)],
+        check=True, timeout=300, capture_output=True, text=True,
+    )  # fmt: skip
+    state = torch.load(converted / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    model = small_gpt()
+    model.load_state_dict(state, strict=True)  # the keys carry no ORTModule prefix; tied weights are restored
+    assert model.lm_head.weight is model.wte.weight
+    initial = small_gpt().state_dict()
+    assert any(not torch.equal(state[name], initial[name]) for name in initial), "the weights are the initial ones"
+    # These weights are the trained state after `half` steps: they give the loss both runs logged at step `half`.
+    assert loss_at(model, half) == pytest.approx(resumed[half]["loss"], rel=1e-5, abs=1e-6)
+    assert loss_at(model, half) == pytest.approx(reference[half]["loss"], rel=1e-5, abs=1e-6)

@@ -97,9 +97,22 @@ def test_non_floating_tensors_get_shape_dtype_min_max(bucket_size: int | None) -
     assert tensor_statistics(torch.empty(0, 3)) == {"shape": [0, 3], "dtype": "float32", "numel": 0}
 
 
-def test_compute_on_cpu_gives_the_same_numbers() -> None:
-    x = torch.randn(50)
-    assert tensor_statistics(x, bucket_size=7, compute_on_cpu=True) == tensor_statistics(x, bucket_size=7)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_compute_on_cpu_gives_the_same_numbers(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    """Each bucket, not the whole tensor, is copied to the CPU when asked, and only then (on CPU `.cpu()` is free)."""
+    copied: list[int] = []
+    to_cpu = torch.Tensor.cpu
+
+    def spy(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        copied.append(tensor.numel())
+        return to_cpu(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", spy)
+    x = (torch.randn(50) * 10).to(dtype)
+    on_device = tensor_statistics(x, bucket_size=7)
+    assert copied == []
+    assert tensor_statistics(x, bucket_size=7, compute_on_cpu=True) == on_device
+    assert copied == [7] * 7 + [1]
 
 
 def test_records_every_module_output_in_forward_order(tmp_path: Path) -> None:

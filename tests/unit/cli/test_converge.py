@@ -1,0 +1,168 @@
+"""`ort-zero converge` without a launcher: verdicts and exit codes on synthetic curves, config preflight, timeouts."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ort_zero.cli import converge, main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+REFERENCE = [5.5, 4.25, 3.125, 2.5]
+
+
+def parse(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    """The arguments `ort-zero converge` would get, with the output under `tmp_path`."""
+    parser = main.build_parser("converge")
+    return parser.parse_args(["converge", "--steps", str(len(REFERENCE)), "--output-dir", str(tmp_path), *extra])
+
+
+def fake_train(monkeypatch: pytest.MonkeyPatch, curves: dict[str, list[float] | None]) -> list[tuple[str, Path]]:
+    """Replace the launcher: `_train` writes `curves[flag]` as losses.csv (None: the run fails); returns the calls."""
+    calls: list[tuple[str, Path]] = []
+
+    def train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
+        calls.append((flag, run_dir))
+        values = curves[flag]
+        if values is None:
+            return "exit code 1 (see launcher.log)"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with (run_dir / "losses.csv").open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["step", "loss", "time_ms"])
+            writer.writerows([step, repr(loss), f"{10.0 + step:.3f}"] for step, loss in enumerate(values))
+        return None
+
+    monkeypatch.setattr(converge, "_train", train)
+    return calls
+
+
+def table_rows(report: str) -> list[list[str]]:
+    """The per-step rows of report.md's table, as cells."""
+    lines = [line for line in report.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+def test_agreeing_curves_exit_0_with_a_table_a_verdict_and_a_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ort = [loss * (1 + 1e-6) for loss in REFERENCE]
+    calls = fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": ort})
+    assert converge.run(parse(tmp_path)) == 0
+    assert calls == [("--no-ort", tmp_path / "pytorch"), ("--ort", tmp_path / "ort")]
+    report = (tmp_path / "report.md").read_text()
+    assert "verdict: **agree**" in report and "first step beyond tolerance: -" in report
+    assert "`--no-ort`" in report and "ORTModule" in report  # says what "PyTorch" means
+    rows = table_rows(report)
+    assert [int(row[0]) for row in rows] == list(range(len(REFERENCE)))
+    for row, a, b in zip(rows, REFERENCE, ort, strict=True):
+        assert float(row[1]) == pytest.approx(a, abs=1e-6) and float(row[2]) == pytest.approx(b, abs=1e-6)
+        assert float(row[3]) == pytest.approx(abs(a - b), rel=1e-2)
+    assert (tmp_path / "losses.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert "AGREE" in capsys.readouterr().out
+
+
+def test_diverging_curves_exit_1_and_name_the_first_diverging_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ort = [REFERENCE[0], REFERENCE[1] * (1 + 1e-5), REFERENCE[2] * 1.01, REFERENCE[3] * 1.1]
+    fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": ort})
+    assert converge.run(parse(tmp_path, "--rtol", "1e-4")) == 1
+    report = (tmp_path / "report.md").read_text()
+    assert "verdict: **diverge**" in report and "first step beyond tolerance: 2\n" in report
+    assert "first beyond tolerance at step 2" in capsys.readouterr().out
+    assert (tmp_path / "losses.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize("failing", ["--no-ort", "--ort"])
+def test_a_failing_run_exits_2_without_a_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], failing: str
+) -> None:
+    calls = fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE, failing: None})
+    assert converge.run(parse(tmp_path)) == 2
+    assert calls[-1][0] == failing
+    assert "run failed: exit code 1" in capsys.readouterr().err
+    assert not (tmp_path / "report.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"train_micro_batch_size_per_gpu": 4,', "is not valid JSON"),
+        ('{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}', "needs ZeRO stage 3"),
+        ('{"train_batch_size": 3, "zero_optimization": {"stage": 3}}', "not divisible by the world size 2"),
+        (None, "DeepSpeed config not found"),
+    ],
+)
+def test_an_unusable_config_exits_2_before_any_launch(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    content: str | None,
+    message: str,
+) -> None:
+    config = tmp_path / "ds.json"
+    if content is not None:
+        config.write_text(content)
+    calls = fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE})
+    assert converge.run(parse(tmp_path / "out", "--deepspeed_config", str(config), "--nproc", "2")) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(config) in err
+    assert calls == []
+
+
+def test_the_default_config_passes_the_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE})
+    assert converge.run(parse(tmp_path)) == 0
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+# A launcher that, like torchrun, starts its worker in a session of its own; killing its group misses the worker.
+LAUNCHER = """
+import json, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+open(sys.argv[1], "w").write(json.dumps(child.pid))
+time.sleep(600)
+"""
+
+
+def test_a_timeout_stops_the_launcher_and_workers_in_other_sessions(tmp_path: Path) -> None:
+    pid_file = tmp_path / "worker.json"
+    began = time.monotonic()
+    with (tmp_path / "launcher.log").open("w") as log:
+        result = converge.launch([sys.executable, "-c", LAUNCHER, str(pid_file)], dict(os.environ), log, timeout=5)
+    assert result is None
+    assert time.monotonic() - began < 5 + converge.STOP_GRACE_S
+    worker = json.loads(pid_file.read_text())
+    assert wait_for(lambda: not alive(worker), 2), f"worker {worker} in its own session survived the timeout"
+
+
+def test_a_finished_launch_returns_its_exit_code(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", "print('hi'); raise SystemExit(3)"]
+    with (tmp_path / "launcher.log").open("w") as log:
+        assert converge.launch(command, dict(os.environ), log, timeout=60) == 3
+    assert (tmp_path / "launcher.log").read_text() == "hi\n"
