@@ -39,6 +39,27 @@ def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.
     ]
 
 
+# The shared parts of the Functions applied as `apply(key, *tensors)` that return their tensors and act by side
+# effect (ORT registers only direct subclasses of torch.autograd.Function, so they share functions, not a base):
+#     backward = staticmethod(keyed_backward); infer_shape = staticmethod(same_shapes)
+#     alias_input = staticmethod(keyed_alias_input); forward ends in `return passed_through(ctx, tensors)`
+
+
+def keyed_backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+    """Gradients pass straight through (none for the key)."""
+    return (None, *input_grads(ctx, grads))
+
+
+def keyed_alias_input(node_proto: bytes) -> tuple[list, list]:
+    return alias_maps(node_proto, non_tensor_inputs=1)
+
+
+def passed_through(ctx: Any, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The end of a keyed pass-through `forward`: remember what backward needs, return the tensors as new objects."""
+    remember_inputs(ctx, tensors, skip=1)
+    return detached(tensors)
+
+
 def same_shapes(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
     """ORT shape inference for a pass-through PythonOp: outputs as inputs."""
     return shapes, dtypes

@@ -29,7 +29,15 @@ import torch
 
 from .export_mode import is_exporting
 from .nested import flatten
-from .passthrough import alias_maps, detached, input_grads, remember_inputs, same_shapes
+from .passthrough import (
+    alias_maps,
+    input_grads,
+    keyed_alias_input,
+    keyed_backward,
+    passed_through,
+    remember_inputs,
+    same_shapes,
+)
 from .subscriber import RunContext, SubscriberBase
 
 ROOT_NAME = "(root)"
@@ -232,18 +240,11 @@ class EndStep(torch.autograd.Function):
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not is_exporting():
             _SUBSCRIBERS[key].finish_step()
-        remember_inputs(ctx, tensors, skip=1)
-        return detached(tensors)
+        return passed_through(ctx, tensors)
 
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        return (None, *input_grads(ctx, grads))
-
+    backward = staticmethod(keyed_backward)
     infer_shape = staticmethod(same_shapes)
-
-    @staticmethod
-    def alias_input(node_proto: bytes) -> tuple[list, list]:
-        return alias_maps(node_proto, non_tensor_inputs=1)
+    alias_input = staticmethod(keyed_alias_input)
 
 
 def inspect_activation(name: str, tensor: torch.Tensor) -> torch.Tensor:

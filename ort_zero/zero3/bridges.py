@@ -18,8 +18,7 @@ import torch
 from deepspeed.runtime.zero import parameter_offload
 from deepspeed.utils import z3_leaf_module
 
-from ..hooks import is_exporting
-from ..hooks.passthrough import alias_maps, detached, input_grads, remember_inputs, same_shapes
+from ..hooks import is_exporting, passthrough
 from . import state as zero3_state
 
 
@@ -30,18 +29,11 @@ class StepStartBridge(torch.autograd.Function):
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not is_exporting():
             zero3_state.lookup(key).offload.get_param_coordinator().reset_step()
-        remember_inputs(ctx, tensors, skip=1)
-        return detached(tensors)
+        return passthrough.passed_through(ctx, tensors)
 
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        return (None, *input_grads(ctx, grads))
-
-    infer_shape = staticmethod(same_shapes)
-
-    @staticmethod
-    def alias_input(node_proto: bytes) -> tuple[list, list]:
-        return alias_maps(node_proto, non_tensor_inputs=1)
+    backward = staticmethod(passthrough.keyed_backward)
+    infer_shape = staticmethod(passthrough.same_shapes)
+    alias_input = staticmethod(passthrough.keyed_alias_input)
 
 
 class PreForwardBridge(torch.autograd.Function):
@@ -59,12 +51,12 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.key, ctx.input_count = key, input_count
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
-        remember_inputs(ctx, tensors[:input_count], skip=2)
+        passthrough.remember_inputs(ctx, tensors[:input_count], skip=2)
         if not is_exporting():
             if ctx.counted:
                 module_state.grads_remaining += 1
             module_state.offload.pre_sub_module_forward_function(module_state.module)
-        outputs = detached(tensors[:input_count])
+        outputs = passthrough.detached(tensors[:input_count])
         if ctx.placeholders:
             params = module_state.bridged_params()
             if len(params) != len(ctx.placeholders):
@@ -92,7 +84,7 @@ class PreForwardBridge(torch.autograd.Function):
         placeholder_grads = [
             torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders
         ]
-        return (None, None, *input_grads(ctx, grads[: ctx.input_count]), *placeholder_grads)
+        return (None, None, *passthrough.input_grads(ctx, grads[: ctx.input_count]), *placeholder_grads)
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
@@ -112,7 +104,7 @@ class PreForwardBridge(torch.autograd.Function):
 
         node = onnx.NodeProto()
         node.ParseFromString(node_proto)
-        return alias_maps(node_proto, non_tensor_inputs=2, passed_through=_int_scalar_args(node)[1])
+        return passthrough.alias_maps(node_proto, non_tensor_inputs=2, passed_through=_int_scalar_args(node)[1])
 
 
 class PostForwardBridge(torch.autograd.Function):
@@ -123,12 +115,11 @@ class PostForwardBridge(torch.autograd.Function):
         module_state = zero3_state.lookup(key)
         ctx.key = key
         ctx.counted = any(ctx.needs_input_grad[1:])
-        remember_inputs(ctx, tensors, skip=1)
         if not is_exporting():
             release_after_forward(module_state)
             if ctx.counted:
                 module_state.pending_pre_backward += 1
-        return detached(tensors)
+        return passthrough.passed_through(ctx, tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
@@ -136,13 +127,10 @@ class PostForwardBridge(torch.autograd.Function):
         if ctx.counted and module_state.pending_pre_backward > 0:
             module_state.pending_pre_backward -= 1
             module_state.offload.pre_sub_module_backward_function(module_state.module)
-        return (None, *input_grads(ctx, grads))
+        return (None, *passthrough.input_grads(ctx, grads))
 
-    infer_shape = staticmethod(same_shapes)
-
-    @staticmethod
-    def alias_input(node_proto: bytes) -> tuple[list, list]:
-        return alias_maps(node_proto, non_tensor_inputs=1)
+    infer_shape = staticmethod(passthrough.same_shapes)
+    alias_input = staticmethod(passthrough.keyed_alias_input)
 
 
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:
