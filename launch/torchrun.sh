@@ -7,6 +7,8 @@
 #
 # NPROC: ranks per node (default 2); NNODES (default 1); NODE_RANK (default 0); MASTER_ADDR (default 127.0.0.1);
 # MASTER_PORT (default 29500). torchrun sets OMP_NUM_THREADS=1 per rank unless it is already set.
+# ORT_ZERO_COLLECTIVE_TIMEOUT: seconds a collective waits for the other ranks before the trainer gives up (default
+# 600); a rank that dies is noticed at once, this bounds a rank (or node) that hangs.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

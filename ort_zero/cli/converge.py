@@ -10,23 +10,18 @@ unusable or a run fails. A run past `--timeout` is stopped with its ranks.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from ort_zero.examples.config import ConfigError, load_and_check
+from ort_zero.tools.process_tree import TaggedProcessTree
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
-RUN_TAG = "ORT_ZERO_CONVERGE_RUN"  # a fresh value per run in the launcher's environment: finds ranks in other sessions
 STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 
 
@@ -99,55 +94,9 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
 
 def launch(command: list[str], env: dict[str, str], log: IO[str], timeout: float) -> int | None:
     """Run `command` with its output in `log`; its exit code, or None when it ran past `timeout` and was stopped.
-
-    The launcher gets a session of its own and a unique tag in its environment; whatever it leaves running (ranks
-    in sessions of their own included) is stopped before this returns.
-    """
-    tag = uuid.uuid4().hex
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env={**env, RUN_TAG: tag}, start_new_session=True
-    )
-    try:
-        return process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
-    finally:
-        _stop(process, tag)
-
-
-def _stop(process: subprocess.Popen[bytes], tag: str) -> None:
-    """SIGTERM the launcher's process group (torchrun then stops its workers), SIGKILL what is left after a grace."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if process.poll() is not None and not _tagged(tag) and not _group_alive(process.pid):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        for pid in _tagged(tag):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and (process.poll() is None or _tagged(tag) or _group_alive(process.pid)):
-            time.sleep(0.1)
-
-
-def _tagged(tag: str) -> list[int]:
-    """Live processes whose environment carries this run's tag."""
-    marker = f"{RUN_TAG}={tag}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-    return pids
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    Whatever it leaves running (ranks in sessions of their own included) is stopped before this returns."""
+    with TaggedProcessTree(command, stdout=log, env=env, grace_s=STOP_GRACE_S) as tree:
+        return tree.wait(timeout)
 
 
 def read_curve(path: Path) -> Curve:

@@ -7,7 +7,9 @@ Runs under any launcher (see launch/*.sh), e.g. two CPU ranks:
 
 Modes: --ort (default) wraps the model in ORTModule and routes ZeRO-3 through ort_zero; --no-ort keeps ort_zero's
 hooks in PyTorch; --native is plain DeepSpeed without ort_zero, the reference the other two are compared against.
-Rank 0 writes `<output-dir>/losses.csv` (step, global mean loss, step time) and `args.json`.
+Rank 0 writes `<output-dir>/losses.csv` (step, global mean loss, step time), `args.json` and, with --ort, `ort.json`
+(the ORT sessions and PythonOps that ran). ORT_ZERO_COLLECTIVE_TIMEOUT (seconds, default 600) bounds how long a rank
+waits for the others; a rank that loses contact with another says so and exits 1.
 """
 
 from __future__ import annotations
@@ -16,25 +18,30 @@ import argparse
 import csv
 import hashlib
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import deepspeed
 import torch
 import torch.distributed as dist
-from deepspeed.accelerator import get_accelerator
 from tqdm import tqdm
 
 import ort_zero
 from ort_zero.data import load_corpus, sample_batch
+from ort_zero.distributed import init_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
 from ort_zero.models import GPT, GPTConfig
 
 FALLBACK_ENV = "ORTMODULE_FALLBACK_POLICY"
+TIMEOUT_ENV = "ORT_ZERO_COLLECTIVE_TIMEOUT"  # seconds a collective waits for the other ranks
+DEFAULT_TIMEOUT_S = 600.0
+LOST_CONTACT_EXIT = 1
 CSV_HEADER = ["step", "loss", "time_ms"]
 
 
@@ -51,6 +58,7 @@ class Trainer:
     rank: int
     world_size: int
     corpus: torch.Tensor
+    current_step: int | None = None  # the step being trained, for error messages
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -94,6 +102,7 @@ class Trainer:
         log = LossLog(self.args.output_dir / "losses.csv", start) if self.rank == 0 else None
         bar = tqdm(total=self.args.steps, initial=start, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         for step in range(start, self.args.steps):
+            self.current_step = step
             began = time.perf_counter()
             loss = self.step(step)
             elapsed_ms = (time.perf_counter() - began) * 1000.0
@@ -105,6 +114,7 @@ class Trainer:
             if self.args.save_every and (done % self.args.save_every == 0 or done == self.args.steps):
                 self.save(done)
         bar.close()
+        self.current_step = None
 
 
 class LossLog:
@@ -198,15 +208,35 @@ def configure_threads() -> None:
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_ranks))
 
 
-def init_distributed() -> tuple[int, int]:
-    """gloo on CPU, the accelerator's backend elsewhere; under mpirun DeepSpeed discovers ranks through mpi4py."""
-    accelerator = get_accelerator()
-    backend = "gloo" if accelerator.device_name() == "cpu" else accelerator.communication_backend_name()
-    # MPI discovery sets MASTER_PORT from this argument, so pass on the one the launcher chose.
-    deepspeed.init_distributed(dist_backend=backend, distributed_port=int(os.environ.get("MASTER_PORT", 29500)))
-    if accelerator.device_name() != "cpu":
-        accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    return dist.get_rank(), dist.get_world_size()
+def collective_timeout() -> timedelta:
+    """How long a collective waits for the other ranks before it fails: a rank that hangs (as opposed to one that
+    dies, which gloo notices at once) ends the run after this instead of blocking the others forever."""
+    value = os.environ.get(TIMEOUT_ENV, str(DEFAULT_TIMEOUT_S))
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+def lost_contact(error: RuntimeError) -> bool:
+    """Whether a collective failed because another rank is gone or stuck: gloo's transport errors (peer closed the
+    connection, send/recv timed out) and torch's distributed errors (NCCL watchdog, store). Anything else is a bug
+    whose traceback must be shown."""
+    return isinstance(error, dist.DistError) or "gloo/transport/" in str(error)
+
+
+def report_lost_contact(error: RuntimeError, rank: int, step: int | None) -> None:
+    where = f"during step {step}" if step is not None else "outside the training steps"
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    print(
+        f"train_gpt: error (rank {rank}): lost contact with another rank {where} ({detail}); "
+        "a rank died or the network failed",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def build_model(args: argparse.Namespace) -> torch.nn.Module:
@@ -232,17 +262,25 @@ def write_args(args: argparse.Namespace, world_size: int) -> None:
     (args.output_dir / "args.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
+def write_ort_record(engine: Any, output_dir: Path) -> None:
+    """`ort.json`: the ORT sessions and PythonOps this rank's model ran, evidence that --ort really ran in ORT."""
+    from ort_zero.ort.inspection import ort_run_record
+
+    (output_dir / "ort.json").write_text(json.dumps(ort_run_record(engine.module), indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = check_args(args)
+        timeout = collective_timeout()
     except (UsageError, ConfigError) as error:
         print(f"train_gpt: error: {error}", file=sys.stderr)
         return 2
     configure_threads()
     if not args.native:
         ort_zero.enable_zero3()  # before ORTModule and deepspeed.initialize
-    rank, world_size = init_distributed()
+    rank, world_size = init_distributed(timeout)
     try:
         check_batch(config, world_size, args.deepspeed_config)
         model = build_model(args)
@@ -252,11 +290,20 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         args.output_dir.mkdir(parents=True, exist_ok=True)
         write_args(args, world_size)
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-    trainer = Trainer(engine=engine, args=args, rank=rank, world_size=world_size, corpus=load_corpus())
-    start = trainer.resume() if args.resume else 0
-    trainer.run(start)
-    dist.barrier()
+    trainer: Trainer | None = None
+    try:
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        trainer = Trainer(engine=engine, args=args, rank=rank, world_size=world_size, corpus=load_corpus())
+        start = trainer.resume() if args.resume else 0
+        trainer.run(start)
+        dist.barrier()
+        if args.ort and rank == 0:
+            write_ort_record(engine, args.output_dir)
+    except RuntimeError as error:
+        if not lost_contact(error):
+            raise
+        report_lost_contact(error, rank, trainer.current_step if trainer else None)
+        return LOST_CONTACT_EXIT
     return 0
 
 

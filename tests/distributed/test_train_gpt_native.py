@@ -27,6 +27,13 @@ CONFIG = ROOT / "ds_configs" / "zero3_cpu_fp32.json"
 SMALL = ["--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4", "--seed", "7"]
 STEPS = 6
 ORT_BANNER = "ONNX Runtime Training (ORTModule) is accelerating your model"  # rank 0, once its ORT session exists
+BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
+
+
+def assert_ran_in_ort(out: Path) -> None:
+    """The trainer's ort.json: rank 0's training graph ran in an ORT session with ort_zero's bridges in it."""
+    training = json.loads((out / "ort.json").read_text())["training"]
+    assert training["session"] and BRIDGES <= set(training["python_ops"]), training
 
 
 def train(out: Path, *args: str, config: Path = CONFIG, timeout: float = 400) -> list[dict[str, float]]:
@@ -74,6 +81,7 @@ def test_ort_path_follows_the_native_curve(tmp_path: Path, straight: tuple[Path,
     _, reference = straight
     rows = train(tmp_path, "--ort", "--steps", str(STEPS), timeout=500)
     assert json.loads((tmp_path / "args.json").read_text())["ort_zero_enabled"]
+    assert_ran_in_ort(tmp_path)
     assert losses(rows) == pytest.approx(losses(reference), rel=1e-5, abs=1e-6)
 
 
@@ -109,7 +117,8 @@ def test_ort_checkpoint_resumes_in_pytorch_and_converts_to_the_plain_model(
     _, reference = straight
     half = STEPS // 2
     train(tmp_path, "--ort", "--steps", str(half), "--save-every", str(half), timeout=500)
-    assert (tmp_path / "launcher.log").read_text().count(ORT_BANNER) == 1, "the --ort run created no ORT session"
+    assert_ran_in_ort(tmp_path)
+    assert (tmp_path / "launcher.log").read_text().count(ORT_BANNER) == 1
     checkpoints = tmp_path / "checkpoints"
     assert (checkpoints / "latest").read_text().strip() == f"global_step{half}"
     resumed = train(tmp_path, "--no-ort", "--steps", str(STEPS), "--resume")

@@ -1,0 +1,29 @@
+"""Evidence of what an ORTModule really ran: its ONNX Runtime sessions and the PythonOps in their graphs.
+
+A model that fell back to PyTorch computes the same numbers, so run records and tests check this instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .graph import func_name
+
+
+def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
+    """For an ORTModule (or a module wrapping one as `.module`, like a DeepSpeed engine): per mode ("training",
+    "inference"), whether an ORT session exists and the sorted func names of its graph's PythonOps."""
+    ort_module = model if hasattr(model, "_torch_module") else getattr(model, "module", model)
+    if not hasattr(ort_module, "_torch_module"):
+        raise TypeError(f"{type(ort_module).__name__} is not an ORTModule")
+    record = {}
+    for mode, is_training in (("training", True), ("inference", False)):
+        manager = ort_module._torch_module._execution_manager(is_training=is_training)
+        graph = manager._onnx_models.optimized_model.graph if manager._onnx_models.optimized_model else None
+        record[mode] = {
+            "session": manager._execution_agent is not None,
+            "python_ops": sorted({name for node in graph.node if (name := func_name(node))}) if graph else [],
+        }
+    return record

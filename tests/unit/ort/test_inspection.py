@@ -1,0 +1,50 @@
+"""ort_run_record: what an ORTModule really ran, per mode, and nothing for a model that never ran in ORT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+ortmodule = pytest.importorskip("onnxruntime.training.ortmodule")
+
+from ort_zero.ort.graph import qualified_name  # noqa: E402
+from ort_zero.ort.inspection import ort_run_record  # noqa: E402
+
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Double.apply(self.linear(x)).sum()
+
+
+def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
+    model = ortmodule.ORTModule(Net())
+    before = ort_run_record(model)
+    assert before["training"] == {"session": False, "python_ops": []}
+
+    model(torch.randn(2, 4)).backward()
+    record = ort_run_record(model)
+    assert record["training"] == {"session": True, "python_ops": [qualified_name(Double)]}
+    assert record["inference"] == {"session": False, "python_ops": []}
+
+    with torch.no_grad():
+        model(torch.randn(2, 4))
+    assert ort_run_record(model)["inference"] == {"session": True, "python_ops": [qualified_name(Double)]}
+
+
+def test_a_plain_module_is_refused() -> None:
+    with pytest.raises(TypeError, match="not an ORTModule"):
+        ort_run_record(Net())
