@@ -12,14 +12,31 @@ from launcher import free_port, run_launcher, torchrun_cmd
 SCRIPT = Path(__file__).parent / "scripts" / "run_zero3.py"
 STEPS = 20
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
+MEMORY_EFFICIENT_LINEAR = "deepspeed.runtime.zero.linear.LinearFunctionForZeroStage3"
 
 
-def train(out: Path, mode: str, variant: str, *extra: str, model: str = "zoo") -> dict:
+def train(
+    out: Path, mode: str, variant: str, *extra: str, model: str = "zoo", nproc: int = 2, env: dict | None = None
+) -> dict:
+    """Run scripts/run_zero3.py on `nproc` ranks; rank 0's record, with every rank's under "ranks"."""
     args = ["--mode", mode, "--model", model, "--variant", variant, "--steps", str(STEPS), "--out", str(out), *extra]
-    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=300, cwd=SCRIPT.parent)
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    command = torchrun_cmd(SCRIPT, args, nproc=nproc, port=free_port())
+    run_launcher(command, timeout=300, cwd=SCRIPT.parent, env=env)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
     assert all(len(r["losses"]) == STEPS for r in ranks)
-    return ranks[0]
+    return {**ranks[0], "ranks": ranks}
+
+
+def assert_ran_in_ort(result: dict, training_ops: frozenset[str] = frozenset()) -> None:
+    """On every rank: ORT sessions ran the training and the inference graph; under ZeRO-3 both graphs hold
+    ort_zero's bridges and, when DeepSpeed's memory-efficient linear is on, its autograd Function, as PythonOps;
+    the training graph also holds `training_ops`."""
+    for rank, evidence in enumerate(result["ranks"]):
+        assert evidence["ort_session"] and evidence["inference_session"], f"rank {rank}: no ORT session ran"
+        both = BRIDGES if evidence["ort_zero_hooks"] else set()
+        both |= {MEMORY_EFFICIENT_LINEAR} if evidence["memory_efficient_linear"] else set()
+        for graph, wanted in (("python_ops", both | training_ops), ("inference_python_ops", both)):
+            assert wanted <= set(evidence[graph]), f"rank {rank}: {graph} lacks {wanted - set(evidence[graph])}"
 
 
 def assert_same_training(reference: dict, result: dict, rtol: float, atol: float) -> None:

@@ -9,9 +9,11 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import deepspeed
 import torch
+from deepspeed.runtime.zero.linear import zero3_linear_wrap
 from zero3_models import MODELS, batch
 
 VARIANTS = {
@@ -20,11 +22,20 @@ VARIANTS = {
     "offload": {"zero_optimization": {"offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}},
     "clip": {"gradient_clipping": 0.5},
     "leaf": {},  # the model's nn.Sequential becomes a z3 leaf module
+    "reexport": {},  # input_ids turn int32 halfway: a new input schema, ORTModule exports again (checks enabled)
 }
 
 
-def config(variant: str, stage: int) -> dict:
+PRECISIONS = {
+    "fp32": {},
+    "bf16": {"bf16": {"enabled": True}},
+    "fp16": {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}},
+}
+
+
+def config(variant: str, stage: int, precision: str = "fp32") -> dict:
     base = {
+        **PRECISIONS[precision],
         "train_micro_batch_size_per_gpu": 4,
         "gradient_accumulation_steps": 1,
         "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 64},
@@ -48,6 +59,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stage", type=int, choices=[2, 3], default=3)
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32", help="bf16/fp16: GPU runs")
     parser.add_argument("--mem-grads", action="store_true", help="ort_zero's memory-efficient gradients")
     parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
     parser.add_argument("--dropout-seed", type=int, default=None, help="reseed after init: other dropout masks")
@@ -61,8 +73,9 @@ def main() -> None:
         import ort_zero
 
         ort_zero.enable_zero3(mem_efficient_grads=args.mem_grads)
-    deepspeed.init_distributed(dist_backend="gloo")
-    rank = torch.distributed.get_rank()
+    from ort_zero.distributed import init_distributed  # after the switch: importing ort_zero reads the variable
+
+    rank, _ = init_distributed()
     torch.manual_seed(0)
     model = MODELS[args.model]()
     if args.dropout_seed is not None:
@@ -72,21 +85,34 @@ def main() -> None:
     if args.mode == "ort":
         from onnxruntime.training.ortmodule import ORTModule
 
+        if args.variant == "reexport":
+            # ORTModule's default fast path never looks at the inputs again after the first export
+            os.environ["ORTMODULE_SKIPCHECK_POLICY"] = "SKIP_CHECK_DISABLED"
+
         model = ORTModule(model)
     # eps well above float32 noise: with the default 1e-8, Adam turns 1e-9 differences in near-zero gradients
     # (ORT and PyTorch sum in different orders) into lr-sized steps, hiding real mismatches behind noise.
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=3e-3, eps=1e-6)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config(args.variant, args.stage))
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=config(args.variant, args.stage, args.precision)
+    )
 
-    losses = []
+    losses, grad_norms, exports = [], [], []  # exports: each training graph's info, kept alive
     for step in range(args.steps):
-        inputs = batch(step, rank)
+        inputs = batch(step, rank, device=engine.device)
+        if args.variant == "reexport" and step >= args.steps // 2:
+            inputs["input_ids"] = inputs["input_ids"].int()
         loss = engine(**inputs)["loss"]
         engine.backward(loss)
         engine.step()
         losses.append(loss.item())
-    held_out = batch(10**6, rank)
+        grad_norms.append(engine.get_global_grad_norm())
+        if args.mode == "ort":
+            info = training_manager(engine)._graph_transition_manager._exported_model_info
+            if not any(info is seen for seen in exports):
+                exports.append(info)
+    held_out = batch(10**6, rank, device=engine.device)
     with torch.no_grad():
         eval_loss = engine(**held_out)["loss"].item()  # no_grad: ORTModule's inference graph
     engine.eval()  # eval mode: the same graph, and dropout would be off
@@ -97,23 +123,32 @@ def main() -> None:
     offload = getattr(engine.optimizer, "parameter_offload", None)
     result = {
         "losses": losses,
+        "grad_norms": [float(n) if n is not None else None for n in grad_norms],
         "eval_loss": eval_loss,
         "eval_mode_loss": eval_mode_loss,
         "ort_zero_hooks": hasattr(offload, "ort_zero_subscriber"),
+        # DeepSpeed swaps F.linear for its memory-efficient LinearFunctionForZeroStage3 under ZeRO-3 (on by default)
+        "memory_efficient_linear": torch.nn.functional.linear is zero3_linear_wrap,
     }
     if args.mode == "ort":
-        manager = engine.module._torch_module._execution_manager(is_training=True)
-        result["ort_session"] = manager._execution_agent is not None
-        graph = manager._onnx_models.optimized_model.graph
-        result["python_ops"] = sorted(
-            {a.s.decode() for n in graph.node if n.op_type == "PythonOp" for a in n.attribute if a.name == "func_name"}
-        )
+        from ort_zero.ort.inspection import ort_run_record
+
+        record = ort_run_record(engine.module)
+        result["ort_session"] = record["training"]["session"]
+        result["python_ops"] = record["training"]["python_ops"]
+        result["inference_session"] = record["inference"]["session"]
+        result["inference_python_ops"] = record["inference"]["python_ops"]
+        result["training_exports"] = len(exports)
     named = list(engine.module.named_parameters())
     with deepspeed.zero.GatheredParameters([p for _, p in named], enabled=args.stage == 3):
         if rank == 0:
             result["params"] = {name: p.detach().double().flatten().tolist() for name, p in named}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def training_manager(engine: deepspeed.DeepSpeedEngine) -> Any:
+    return engine.module._torch_module._execution_manager(is_training=True)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ MODELS = {
 }
 
 
-def batch(step: int, rank: int, micro_batch: int = 4) -> dict[str, torch.Tensor]:
+def batch(step: int, rank: int, micro_batch: int = 4, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Deterministic per (step, rank), learnable (each token follows from the last by a fixed rule, from a random
     start), with a sequence length that varies with the step."""
     generator = torch.Generator().manual_seed(1000 * step + rank)
@@ -113,4 +113,4 @@ def batch(step: int, rank: int, micro_batch: int = 4) -> dict[str, torch.Tensor]
     for _ in range(seq):
         tokens.append((tokens[-1] * 5 + 3) % VOCAB)
     ids = torch.stack(tokens, dim=1)
-    return {"input_ids": ids[:, :-1].contiguous(), "labels": ids[:, 1:].contiguous()}
+    return {"input_ids": ids[:, :-1].contiguous().to(device), "labels": ids[:, 1:].contiguous().to(device)}
