@@ -31,7 +31,12 @@ class SubscriberManager:
             raise RuntimeError("this SubscriberManager is already subscribed to a module; unsubscribe() first")
         self._root = root
         self.subscribers = list(subscribers)
-        for module in root.modules():
+        modules = list(root.modules())
+        if not any(module is root for module in modules):
+            # A wrapper whose modules() lists only what it wraps (ORTModule): its own hooks run in Python around
+            # the wrapped graph, which is where the outermost-module calls (a step's start and end) belong.
+            modules.insert(0, root)
+        for module in modules:
             self._handles.append(module.register_forward_pre_hook(self._pre_forward, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post_forward, with_kwargs=True))
 

@@ -127,6 +127,9 @@ def main() -> None:
         "eval_loss": eval_loss,
         "eval_mode_loss": eval_mode_loss,
         "ort_zero_hooks": hasattr(offload, "ort_zero_subscriber"),
+        # DeepSpeed's coordinator completes its module trace (prefetching, keeping parameters gathered between
+        # forward and backward) only if every step starts with reset_step
+        "trace_complete": offload is not None and offload.get_param_coordinator().is_complete_trace(),
         # DeepSpeed swaps F.linear for its memory-efficient LinearFunctionForZeroStage3 under ZeRO-3 (on by default)
         "memory_efficient_linear": torch.nn.functional.linear is zero3_linear_wrap,
     }

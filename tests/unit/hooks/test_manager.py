@@ -230,3 +230,29 @@ def test_subscribing_twice_is_refused(net: Net) -> None:
     manager, _ = subscribe(net)
     with pytest.raises(RuntimeError, match="already subscribed"):
         manager.subscribe(net, [])
+
+
+class Wrapper(nn.Module):
+    """Like ORTModule: modules() lists the wrapped model's modules, not the wrapper itself."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def modules(self):  # type: ignore[override]
+        yield from self.inner.modules()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+def test_a_wrapper_that_hides_itself_gets_the_outermost_calls(net: Net) -> None:
+    wrapper = Wrapper(net)
+    log: list[tuple] = []
+    names = {module: name or "root" for name, module in net.named_modules()} | {wrapper: "wrapper"}
+    SubscriberManager().subscribe(wrapper, [Recorder(log, names)])
+    wrapper(torch.randn(3, 4))
+    outer = [entry[1:3] for entry in log if entry[1] in ("pre_outer", "post_outer")]
+    assert outer == [("pre_outer", "wrapper"), ("post_outer", "wrapper")]
+    modules = [entry[2] for entry in log if entry[1] == "pre"]
+    assert modules == ["wrapper", "root", "block", "block.linear", "head"]

@@ -130,4 +130,3 @@ def deepspeed_init() -> Any:
             _init_external_params(module)
 
     return init
-
