@@ -40,32 +40,39 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="run every configuration this many times, in turn")
     parser.add_argument("--profile", type=Path, help="also cProfile rank 0: writes PROFILE/<config>/rank0.pstats")
     args = parser.parse_args()
 
     worker = Path(__file__).with_name("bench_worker.py")
-    rows = []
+    runs: dict[str, list[list[dict]]] = {name: [] for name in args.configs}  # per config: each round's ranks
     with tempfile.TemporaryDirectory() as scratch:
-        for name in args.configs:
-            out = (args.profile or Path(scratch)) / name
-            command = [
-                sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
-                "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(worker),
-                *CONFIGS[name], "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
-                "--out", str(out), *(["--profile"] if args.profile else []),
-            ]  # fmt: skip
-            env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
-            env.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
-            result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
-            if result.returncode != 0:
-                print(f"{name}: FAILED\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", file=sys.stderr)
-                return 1
-            ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(args.nproc)]
-            rows.append((name, ranks))
-            print(f"[bench] {name} done", file=sys.stderr, flush=True)
+        # Round-robin: a slow spell of the machine then hits every configuration, not just one.
+        for round_index in range(args.rounds):
+            for name in args.configs:
+                out = (args.profile or Path(scratch)) / f"{name}-{round_index}"
+                command = [
+                    sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
+                    "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(worker),
+                    *CONFIGS[name], "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
+                    "--out", str(out), *(["--profile"] if args.profile else []),
+                ]  # fmt: skip
+                env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"))
+                env.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
+                result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+                if result.returncode != 0:
+                    print(f"{name}: FAILED\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", file=sys.stderr)
+                    return 1
+                runs[name].append([json.loads((out / f"rank{r}.json").read_text()) for r in range(args.nproc)])
+                print(f"[bench] round {round_index + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
+    rows = [(name, merge_rounds(rounds)) for name, rounds in runs.items()]
 
     native = next((statistics.median(r[0]["step_ms"]) for n, r in rows if n == "native-z3"), None)
-    print(f"\nmodel {args.model}, {args.nproc} ranks, median of {args.steps} steps after {args.warmup} warm-up\n")
+    measured = args.steps * args.rounds
+    print(
+        f"\nmodel {args.model}, {args.nproc} ranks, median of {measured} steps ({args.rounds} rounds, each after "
+        f"{args.warmup} warm-up steps)\n"
+    )
     print(
         "| config | median step ms | vs native-z3 | peak RSS MiB per rank | RSS growth in steps MiB per rank "
         "| Python peak MiB | GPU peak MiB | last loss |"
@@ -82,6 +89,21 @@ def main() -> int:
             f"| {ranks[0]['losses'][-1]:.6f} |"
         )
     return 0
+
+
+MEMORY_PEAKS = ("peak_rss_mib", "step_rss_growth_mib", "python_peak_mib")
+
+
+def merge_rounds(rounds: list[list[dict]]) -> list[dict]:
+    """Per rank: every round's step times together, the highest memory peaks, the last round's losses."""
+    merged = []
+    for rank_runs in zip(*rounds, strict=True):
+        peaks = {key: max(run[key] for run in rank_runs) for key in MEMORY_PEAKS}
+        gpu = [run["gpu_peak_mib"] for run in rank_runs if run["gpu_peak_mib"] is not None]
+        step_ms = [ms for run in rank_runs for ms in run["step_ms"]]
+        merged.append({"step_ms": step_ms, "losses": rank_runs[-1]["losses"], "gpu_peak_mib": max(gpu, default=None)}
+                      | peaks)  # fmt: skip
+    return merged
 
 
 def _free_port() -> int:
