@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--variant", choices=sorted(VARIANTS), default="base")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--stage", type=int, choices=[2, 3], default=3)
+    parser.add_argument("--stage", type=int, choices=[0, 1, 2, 3], default=3)
     parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32", help="bf16/fp16: GPU runs")
     parser.add_argument("--mem-grads", action="store_true", help="ort_zero's memory-efficient gradients")
     parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
