@@ -22,7 +22,12 @@ from ort_zero.examples.config import ConfigError, load_and_check
 from ort_zero.tools.process_tree import TaggedProcessTree
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
-STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
+STOP_GRACE_S = 10.0
+DIVERGENCE_HINT = (
+    "- if the curves agree to float precision for many steps and then jump: Adam with a tiny `eps` turns last-bit "
+    "differences in near-zero gradients into lr-sized updates (see ds_configs/README.md); compare with `eps` 1e-6, or "
+    "find the first differing activation with `ort-zero compare` on statistics dumps"
+)  # after SIGTERM, before SIGKILL
 
 
 @dataclass
@@ -142,6 +147,7 @@ def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Nam
         f"- verdict: **{'agree' if verdict.agree else 'diverge'}** (relative tolerance {args.rtol:g})",
         f"- max |loss difference|: {verdict.max_abs_diff:.3g}; max relative: {verdict.max_rel_diff:.3g}",
         f"- first step beyond tolerance: {verdict.first_divergence if verdict.first_divergence is not None else '-'}",
+        *([] if verdict.agree else [DIVERGENCE_HINT]),
         f"- median step time: PyTorch {median['pytorch']:.1f} ms, ORT {median['ort']:.1f} ms",
         "",
         "| step | PyTorch loss | ORT loss | difference | PyTorch ms | ORT ms |",

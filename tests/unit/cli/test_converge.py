@@ -78,6 +78,7 @@ def test_diverging_curves_exit_1_and_name_the_first_diverging_step(
     assert converge.run(parse(tmp_path, "--rtol", "1e-4")) == 1
     report = (tmp_path / "report.md").read_text()
     assert "verdict: **diverge**" in report and "first step beyond tolerance: 2\n" in report
+    assert converge.DIVERGENCE_HINT in report  # where to look: Adam's eps, then activation statistics
     assert "first beyond tolerance at step 2" in capsys.readouterr().out
     assert (tmp_path / "losses.png").read_bytes()[:8] == PNG_SIGNATURE
 
