@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ort_zero.tools.process_tree import free_port
 
 CONFIGS = {
     "native-z3": ["--mode", "native", "--stage", "3"],
@@ -53,7 +54,7 @@ def main() -> int:
                 out = (args.profile or Path(scratch)) / f"{name}-{round_index}"
                 command = [
                     sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
-                    "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(worker),
+                    "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(worker),
                     *CONFIGS[name], "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
                     "--out", str(out), *(["--profile"] if args.profile else []),
                 ]  # fmt: skip
@@ -101,15 +102,9 @@ def merge_rounds(rounds: list[list[dict]]) -> list[dict]:
         peaks = {key: max(run[key] for run in rank_runs) for key in MEMORY_PEAKS}
         gpu = [run["gpu_peak_mib"] for run in rank_runs if run["gpu_peak_mib"] is not None]
         step_ms = [ms for run in rank_runs for ms in run["step_ms"]]
-        merged.append({"step_ms": step_ms, "losses": rank_runs[-1]["losses"], "gpu_peak_mib": max(gpu, default=None)}
-                      | peaks)  # fmt: skip
+        last_losses = rank_runs[-1]["losses"]
+        merged.append({"step_ms": step_ms, "losses": last_losses, "gpu_peak_mib": max(gpu, default=None), **peaks})
     return merged
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":

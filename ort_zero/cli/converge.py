@@ -12,22 +12,21 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from ort_zero.examples.config import ConfigError, load_and_check
-from ort_zero.tools.process_tree import TaggedProcessTree
+from ort_zero.tools.process_tree import TaggedProcessTree, free_port
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
-STOP_GRACE_S = 10.0
+STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 DIVERGENCE_HINT = (
     "- if the curves agree to float precision for many steps and then jump: Adam with a tiny `eps` turns last-bit "
     "differences in near-zero gradients into lr-sized updates (see ds_configs/README.md); compare with `eps` 1e-6, or "
     "find the first differing activation with `ort-zero compare` on statistics dumps"
-)  # after SIGTERM, before SIGKILL
+)
 
 
 @dataclass
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
     command = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
-        "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+        "--master_addr=127.0.0.1", f"--master_port={free_port()}",
         "-m", "ort_zero.examples.train_gpt", flag,
         "--deepspeed_config", str(args.deepspeed_config), "--steps", str(args.steps),
         "--seq-len", str(args.seq_len), "--seed", str(args.seed), "--output-dir", str(run_dir),
@@ -178,9 +177,3 @@ def plot(curves: dict[str, Curve], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

