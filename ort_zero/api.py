@@ -6,13 +6,12 @@ import importlib.util
 import logging
 import os
 
-from . import patches
+from . import patches, settings
 
 logger = logging.getLogger(__name__)
 
 _ZERO3_ENV = "ORTMODULE_ENABLE_ZERO_STAGE3"
 _MEM_GRAD_ENV = "ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT"
-_settings = {"mem_efficient_grads": False}
 
 
 def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
@@ -41,7 +40,7 @@ def disable_zero3() -> None:
     """Restore every DeepSpeed and ORT symbol ort_zero replaced. Engines created meanwhile keep their hooks."""
     patches.revert_group("ort")
     patches.revert_group("zero3")
-    _settings["mem_efficient_grads"] = False
+    settings.mem_efficient_grads = False
 
 
 def is_zero3_enabled() -> bool:
@@ -52,13 +51,13 @@ def enable_mem_efficient_grads(enabled: bool = True) -> None:
     """Make ORTModule graphs hand each parameter gradient over through `param.backward(grad)` as it is computed."""
     if not ort_training_installed():
         raise RuntimeError("memory-efficient gradients need onnxruntime-training, which is not installed")
-    _settings["mem_efficient_grads"] = enabled
+    settings.mem_efficient_grads = enabled
     if enabled:
         patches.apply_group("ort")
 
 
 def mem_efficient_grads_enabled() -> bool:
-    return _settings["mem_efficient_grads"]
+    return settings.mem_efficient_grads
 
 
 def ort_training_installed() -> bool:

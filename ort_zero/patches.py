@@ -7,10 +7,11 @@ records the original object so that reverting restores it exactly.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,20 @@ def revert_group(group: str) -> None:
                 _revert(patch)
 
 
+@contextlib.contextmanager
+def applied(group: str) -> Iterator[None]:
+    """A group's patches for the duration of a block; patches already applied stay applied afterwards."""
+    already = {name for name in _GROUPS.get(group, []) if _REGISTRY[name].applied}
+    apply_group(group)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            for name in reversed(_GROUPS.get(group, [])):
+                if name not in already and _REGISTRY[name].applied:
+                    _revert(_REGISTRY[name])
+
+
 def is_applied(name: str) -> bool:
     return _REGISTRY[name].applied
 
@@ -184,6 +199,17 @@ def _ort(factory_name: str) -> Callable[[Any], Any]:
     return make
 
 
+def _ort_export(factory_name: str) -> Callable[[Any], Any]:
+    """For the replacements that run around an export: they apply the "ort_export" group while it lasts."""
+
+    def make(original: Any) -> Any:
+        from .ort import integration
+
+        return getattr(integration, factory_name)(original, during_export=lambda: applied("ort_export"))
+
+    return make
+
+
 for _name, _owner, _attribute, _factory, _reason in [
     (
         "ort.configure_ort_compatible_zero_stage3",
@@ -197,7 +223,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort.stage3_export_context",
         _GTM,
         "stage3_export_context",
-        "export_context",
+        _ort_export("export_context"),
         "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
         "full-sized stand-ins for partitioned parameters without running collectives.",
     ),
@@ -205,7 +231,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort.parse_outputs_for_onnx_export_and_extract_schema",
         _IO,
         "parse_outputs_for_onnx_export_and_extract_schema",
-        "schema_forward",
+        _ort_export("schema_forward"),
         "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
     ),
     (
@@ -249,7 +275,58 @@ for _name, _owner, _attribute, _factory, _reason in [
             distribution="onnxruntime-training",
             versions=ORT_VERSIONS,
             reason=_reason,
-            make_replacement=_ort(_factory),
+            make_replacement=_factory if callable(_factory) else _ort(_factory),
         ),
         group="ort",
     )
+
+
+def _plain_linear_in_export(current: Any) -> Any:
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses
+
+    return (
+        getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", current)
+        if current is zero3_linear_wrap
+        else current
+    )
+
+
+register(
+    Patch(
+        name="deepspeed.memory_efficient_linear_in_export",
+        owner_path="torch.nn.functional",
+        attribute="linear",
+        distribution="deepspeed",
+        versions=DEEPSPEED_VERSIONS,
+        reason="zero.Init leaves F.linear as DeepSpeed's LinearFunctionForZeroStage3, an autograd Function that saves "
+        "the weight it is given: traced into an ORT graph it keeps every gathered weight alive until the backward "
+        "and runs each Linear in PyTorch through a PythonOp. While ORTModule exports a ZeRO-3 model, F.linear is "
+        "torch's own, so Linear layers become ORT's Gemm/MatMul and the backward re-gathers their weights.",
+        make_replacement=_plain_linear_in_export,
+    ),
+    group="ort_export",
+)
+
+
+def _optimize_all_then_regather(original: Any) -> Any:
+    from .ort import integration
+
+    return integration.graph_optimizers(original)
+
+
+register(
+    Patch(
+        name="ort.graph_optimizers",
+        owner_path="onnxruntime.training.ortmodule.graph_optimizer_registry:GraphOptimizerRegistry",
+        attribute="optimize_all",
+        distribution="onnxruntime-training",
+        versions=ORT_VERSIONS,
+        reason="the complete forward+backward graph is only reachable here, before ORT builds the session: "
+        "ort_zero's pass makes each module's backward read parameters gathered again for it instead of the "
+        "forward's copies (ZeRO-3 memory). ORT's registry has no way to remove a registered optimizer, so it is "
+        "wrapped rather than registered, which keeps the patch reversible.",
+        make_replacement=_optimize_all_then_regather,
+    ),
+    group="ort",
+)

@@ -71,20 +71,42 @@ def make_trigger_python_op(
     func: str, trigger: str, outputs: list[str], node_name: str, output_shape_rank: int = 1
 ) -> onnx.NodeProto:
     """A PythonOp `func(len(outputs), trigger)` returning one rank-1 float tensor per output (plus ORT's ctx)."""
+    return make_python_op(
+        func,
+        node_name,
+        int_scalars=[len(outputs)],
+        inputs=[(trigger, 1, onnx.TensorProto.FLOAT)],
+        outputs=[(name, output_shape_rank, onnx.TensorProto.FLOAT) for name in outputs],
+    )
+
+
+def make_python_op(
+    func: str,
+    node_name: str,
+    int_scalars: list[int],
+    inputs: list[tuple[str, int, int]],
+    outputs: list[tuple[str, int, int]],
+    training_mode: int = 1,
+) -> onnx.NodeProto:
+    """A PythonOp calling autograd Function `func` as `forward(ctx, *int_scalars, *inputs)`.
+
+    `inputs` and `outputs` are (name, rank, ONNX element type); ORT adds the ctx as output 0 (named
+    `<node_name>_ctx`). With `training_mode=0` ORT runs it without autograd, as inside an inference graph.
+    """
     return helper.make_node(
         PYTHON_OP,
-        [trigger],
-        [f"{node_name}_ctx", *outputs],
+        [name for name, _, _ in inputs],
+        [f"{node_name}_ctx", *(name for name, _, _ in outputs)],
         node_name,
         domain=MS_DOMAIN,
         func_name=func,
-        input_convention="cd",
-        input_int_scalars=[len(outputs)],
-        input_int_scalar_positions=[0],
-        input_tensor_ranks=[1],
-        input_tensor_types=[onnx.TensorProto.FLOAT],
-        output_tensor_ranks=[output_shape_rank] * len(outputs),
-        output_tensor_types=[onnx.TensorProto.FLOAT] * len(outputs),
-        training_mode=1,
+        input_convention="c" * len(int_scalars) + "d" * len(inputs),
+        input_int_scalars=int_scalars,
+        input_int_scalar_positions=list(range(len(int_scalars))),
+        input_tensor_ranks=[rank for _, rank, _ in inputs],
+        input_tensor_types=[elem_type for _, _, elem_type in inputs],
+        output_tensor_ranks=[rank for _, rank, _ in outputs],
+        output_tensor_types=[elem_type for _, _, elem_type in outputs],
+        training_mode=training_mode,
         comment="",
     )

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from .. import api
+from .. import settings
+from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
 from .graph import qualified_name
@@ -25,33 +26,52 @@ from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
 logger = logging.getLogger(__name__)
 
 
-def export_context(original: Callable) -> Callable:
+def export_context(original: Callable, during_export: Callable[[], contextlib.AbstractContextManager]) -> Callable:
     """Replaces `stage3_export_context`: ORT's needs `torch.onnx._internal._beartype`, gone in torch >= 2.5.
 
-    Every export (ZeRO-3 or not) runs inside it, so export failures name their module."""
+    Every export (ZeRO-3 or not) runs inside it, so export failures name their module. A ZeRO-3 export also runs
+    inside `during_export()` (the registry's export-time patches: torch's own F.linear)."""
 
     @contextlib.contextmanager
     def zero3_export_context(enable: bool, stage3_param_handle: Any, flattened_module: torch.nn.Module) -> Iterator:
         with contextlib.ExitStack() as stack:
             stack.enter_context(naming_export_failures(flattened_module))
             if is_zero3_module(flattened_module):
+                stack.enter_context(during_export())
                 stack.enter_context(materialized_for_export(flattened_module))
             yield
 
     return zero3_export_context
 
 
-def schema_forward(original: Callable) -> Callable:
+def schema_forward(original: Callable, during_export: Callable[[], contextlib.AbstractContextManager]) -> Callable:
     """Wraps ORTModule's output-schema forward: it runs before the export context and must not gather either."""
 
     @functools.wraps(original)
     def parse_outputs(flattened_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if not is_zero3_module(flattened_module):
             return original(flattened_module, *args, **kwargs)
-        with materialized_for_export(flattened_module):
+        with during_export(), materialized_for_export(flattened_module):
             return original(flattened_module, *args, **kwargs)
 
     return parse_outputs
+
+
+def graph_optimizers(original: Any) -> Any:
+    """Wraps ORT's graph-optimizer registry run on the training graph: ORT's optimizers, then ort_zero's re-gather
+    pass (a graph without ort_zero's bridges is left alone)."""
+
+    def optimize_all(cls: type, module_name: str, device: str, graph: Any) -> None:
+        original.__get__(None, cls)(module_name, device, graph)
+        report = regather_for_backward(graph)
+        if report.regathers:
+            logger.info(
+                "ort_zero: backward re-gathers for %d modules (%d reads rewired)",
+                report.regathers,
+                report.rewired_reads,
+            )
+
+    return classmethod(optimize_all)
 
 
 def deep_clone_check(original: Callable) -> Callable:
@@ -107,7 +127,7 @@ def post_export_process(original: Callable) -> Callable:
         if removed:
             register_function(ParamPull)
         training = export_mode == torch.onnx.TrainingMode.TRAINING
-        if training and (enable_mem_efficient_grad_management or api.mem_efficient_grads_enabled()):
+        if training and (enable_mem_efficient_grad_management or settings.mem_efficient_grads):
             retrieved = rewrite_param_inputs(model, named_params, list(named_params))
             if retrieved:
                 register_function(ParamRetrieval)

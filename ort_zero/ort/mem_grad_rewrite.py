@@ -16,7 +16,7 @@ import onnx
 import torch
 from onnx import helper
 
-from .graph import MS_DOMAIN, PYTHON_OP, onnx_dtype, qualified_name
+from .graph import make_python_op, onnx_dtype, qualified_name
 from .zero3_rewrite import TRIGGER_NAME
 
 # Parameters reachable from the integer a PythonOp carries (ORT stores non-tensor arguments as scalars).
@@ -59,22 +59,12 @@ def rewrite_param_inputs(
     for offset, graph_input in enumerate(chosen):
         param = named_params[graph_input.name]
         _PARAMS[id(param)] = param
-        node = helper.make_node(
-            PYTHON_OP,
-            [TRIGGER_NAME],
-            [f"ort_zero_retrieval_ctx_{offset}", graph_input.name],
+        node = make_python_op(
+            qualified_name(ParamRetrieval),
             f"ort_zero_retrieval_{offset}",
-            domain=MS_DOMAIN,
-            func_name=qualified_name(ParamRetrieval),
-            input_convention="cd",
-            input_int_scalars=[id(param)],
-            input_int_scalar_positions=[0],
-            input_tensor_ranks=[1],
-            input_tensor_types=[onnx.TensorProto.FLOAT],
-            output_tensor_ranks=[param.dim()],
-            output_tensor_types=[onnx_dtype(param.dtype)],
-            training_mode=1,
-            comment="",
+            int_scalars=[id(param)],
+            inputs=[(TRIGGER_NAME, 1, onnx.TensorProto.FLOAT)],
+            outputs=[(graph_input.name, param.dim(), onnx_dtype(param.dtype))],
         )
         graph.node.insert(offset, node)
     names = [i.name for i in chosen]

@@ -8,6 +8,8 @@ key (see `state.py`) and never run a collective while the model is being traced 
     PreForwardBridge   module inputs        forward: gather params (+ return them full-sized for ORT)
                                             backward: param.backward(grad) for ORT, then release after backward
     PostForwardBridge  module outputs       forward: release params; backward: gather for the module's backward
+    BackwardParamsBridge  (ORT graphs only) after PostForwardBridge's backward: the re-gathered params, for the
+                          module's backward to read instead of the forward's copies (`ort_zero.ort.backward_gather`)
 """
 
 from __future__ import annotations
@@ -133,6 +135,29 @@ class PostForwardBridge(torch.autograd.Function):
     alias_input = staticmethod(passthrough.keyed_alias_input)
 
 
+class BackwardParamsBridge(torch.autograd.Function):
+    """Under ORT, before a module's backward: its parameters as gathered again by PostForwardBridge's backward.
+
+    Inserted into ORT's training graph, not traced: its tensor input is one of that backward's outputs, only so
+    that it runs after the gather. The module's backward reads these outputs instead of the forward's copies, which
+    ORT can then free right after the forward, as native ZeRO-3 does.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, key: int, after_gather: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+        module_state = zero3_state.lookup(key)
+        params = module_state.bridged_params()
+        missing = [p.ds_id for p in params if p.ds_status != ZeroParamStatus.AVAILABLE]
+        if missing:
+            raise RuntimeError(
+                f"ort_zero: the backward of {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) "
+                f"needs parameters {missing}, which DeepSpeed has not gathered for it"
+            )
+        return tuple(p.detach() for p in params)
+
+
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:
     """DeepSpeed's post-forward: leave the module on the forward stack, then release its parameters."""
     parameter_offload.FWD_MODULE_STACK.pop()
@@ -160,3 +185,4 @@ def _onnx_dtype(dtype: torch.dtype) -> int:
 
 
 BRIDGES: tuple[type[torch.autograd.Function], ...] = (StepStartBridge, PreForwardBridge, PostForwardBridge)
+"""The bridges the exporter traces; BackwardParamsBridge is only ever inserted into ORT's training graph."""

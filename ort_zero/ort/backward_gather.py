@@ -1,0 +1,299 @@
+"""Training-graph pass: a module's backward reads its parameters gathered again for it, never the forward's copy.
+
+ORT's gradient graph reads the weights the forward used (a MatMul's input gradient needs its weight), so ORT would
+keep every parameter gathered in the forward alive until the backward: the whole model's memory on every rank.
+Native ZeRO-3 releases a module's parameters after its forward and gathers them again before its backward (in
+ort_zero: the PostForwardBridge's backward). This pass gives the graph that second gather:
+
+- after each PostForwardBridge gradient node (an *anchor*: where DeepSpeed gathers for a module's backward) whose
+  module's parameters the backward reads, a `BackwardParamsBridge` PythonOp outputs the re-gathered parameters;
+- every backward read of a forward-gathered parameter, or of a view or cast of one (re-done in the backward from
+  the re-gathered parameter, as DeepSpeed DeepCompile's partitioner recomputes them instead of saving them), is
+  rewired to the re-gather of the nearest anchor it depends on among the modules that gather that parameter;
+- what becomes unused is removed. A read that no anchor precedes keeps the forward copy and is reported.
+
+It runs on the complete forward+backward graph, through ORT's graph-optimizer registry, before the session exists.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import onnx
+
+from ..zero3 import state as zero3_state
+from ..zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge
+from .graph import func_name, ints_attribute, make_python_op, onnx_dtype, qualified_name
+
+logger = logging.getLogger(__name__)
+
+# Ops whose output is the parameter seen differently (ORT may even alias the buffer): re-done in the backward.
+VIEW_OPS = frozenset({"Transpose", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"})
+# Only computed from a parameter, never keeping it: re-done too when the backward reads them.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+_GRAD_OP = "PythonOpGrad"
+
+
+@dataclass
+class BackwardGatherReport:
+    """What the pass did to one training graph."""
+
+    regathers: int = 0  # BackwardParamsBridge nodes inserted
+    rewired_reads: int = 0  # backward inputs now reading a re-gathered parameter (or a view re-done from one)
+    kept: list[str] = field(default_factory=list)  # "node <- value": backward reads still of forward copies
+
+
+def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
+    """Apply the pass in place to a training graph of ort_zero's bridges; a graph without them is left alone."""
+    report = BackwardGatherReport()
+    pre_name = qualified_name(PreForwardBridge)
+    if not any(func_name(node) == pre_name for node in graph.node):
+        return report
+    view = _GraphView(graph)
+    origins = _forward_gathered(view)
+    anchors = _anchors(view)
+    ancestry = view.anchor_ancestry([index for index, _ in anchors])
+    anchor_key = dict(anchors)
+    gathers = {key: {id(p) for p in zero3_state.lookup(key).bridged_params()} for key in set(anchor_key.values())}
+    regathers: dict[int, _Regather] = {}  # by anchor node index
+    new_nodes: list[onnx.NodeProto] = []
+
+    for reader in view.backward:
+        node = view.nodes[reader]
+        for slot, value in enumerate(node.input):
+            origin = origins.get(value)
+            if origin is None or _is_redoable(node, view, reader):
+                continue
+            candidates = [a for a in _bits(ancestry[reader]) if origin.param in gathers[anchor_key[a]]]
+            if not candidates:
+                report.kept.append(f"{node.name or node.op_type} <- {value}")
+                continue
+            anchor = max(candidates, key=view.position.__getitem__)
+            if anchor not in regathers:
+                regathers[anchor] = _Regather(view, anchor, anchor_key[anchor])
+                new_nodes.append(regathers[anchor].node)
+            node.input[slot] = regathers[anchor].value_for(value, origins, new_nodes)
+            report.rewired_reads += 1
+
+    report.regathers = len(regathers)
+    if regathers:
+        view.rebuild(new_nodes)
+        from .integration import register_function
+
+        register_function(BackwardParamsBridge)
+    if report.kept:
+        logger.warning(
+            "ort_zero: %d backward reads of parameters gathered in the forward keep those copies alive until the "
+            "backward (no module that gathers them runs its backward first): %s",
+            len(report.kept),
+            ", ".join(report.kept[:5]),
+        )
+    return report
+
+
+def forward_gathered_reads(graph: onnx.GraphProto) -> list[str]:
+    """Backward reads of forward-gathered parameters or their views ("node <- value"): each keeps a gathered copy
+    alive from the forward to the backward. Empty after `regather_for_backward`, unless it reported reads it kept."""
+    view = _GraphView(graph)
+    origins = _forward_gathered(view)
+    return [
+        f"{view.nodes[i].name or view.nodes[i].op_type} <- {value}"
+        for i in view.not_forward
+        for value in view.nodes[i].input
+        if value in origins and not _is_redoable(view.nodes[i], view, i)
+    ]
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """A value that is a forward-gathered parameter (`node` None) or a view of one made by `node`."""
+
+    param: int  # id() of the parameter
+    node: onnx.NodeProto | None = None
+
+
+class _GraphView:
+    """Producers, consumers, a topological order, and which nodes are forward (feed the YieldOp) or backward."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.graph = graph
+        self.nodes = list(graph.node)
+        self.producer = {out: i for i, node in enumerate(self.nodes) for out in node.output if out}
+        self.consumers: dict[str, list[int]] = defaultdict(list)
+        for i, node in enumerate(self.nodes):
+            for value in node.input:
+                self.consumers[value].append(i)
+        self.order = _order(self.nodes)
+        self.position = {node: position for position, node in enumerate(self.order)}
+        yield_op = next((i for i, node in enumerate(self.nodes) if node.op_type == "YieldOp"), None)
+        if yield_op is None:
+            raise ValueError("not a training graph: no YieldOp")
+        self.forward = self._closure([yield_op], upward=True)
+        self.not_forward = [i for i in self.order if i not in self.forward]
+        backward = self._closure([yield_op], upward=False) - {yield_op}
+        self.backward = [i for i in self.order if i in backward]
+
+    def inputs_of(self, i: int) -> list[int]:
+        return [self.producer[v] for v in self.nodes[i].input if v in self.producer]
+
+    def anchor_ancestry(self, anchors: list[int]) -> dict[int, int]:
+        """Per node, a bit mask over node indices of the anchors it depends on (itself included)."""
+        anchor_set, masks = set(anchors), {}
+        for i in self.order:
+            mask = 1 << i if i in anchor_set else 0
+            for producer in self.inputs_of(i):
+                mask |= masks[producer]
+            masks[i] = mask
+        return masks
+
+    def rebuild(self, new_nodes: list[onnx.NodeProto]) -> None:
+        """Add `new_nodes`, drop views left without a use, write the graph back in topological order."""
+        nodes = self.nodes + new_nodes
+        used = {value for node in nodes for value in node.input} | {out.name for out in self.graph.output}
+        changed = True
+        while changed:  # a view of a forward copy, now unread, goes; then what only it read
+            changed = False
+            for node in list(nodes):
+                if node.op_type in VIEW_OPS | SHAPE_OPS and not any(out in used for out in node.output):
+                    nodes.remove(node)
+                    used = {value for n in nodes for value in n.input} | {out.name for out in self.graph.output}
+                    changed = True
+        del self.graph.node[:]
+        self.graph.node.extend(_topologically_sorted(nodes))
+
+    def _closure(self, start: list[int], upward: bool) -> set[int]:
+        seen, stack = set(start), list(start)
+        while stack:
+            i = stack.pop()
+            if upward:
+                following = self.inputs_of(i)
+            else:
+                following = [c for out in self.nodes[i].output if out for c in self.consumers.get(out, ())]
+            for j in following:
+                if j not in seen:
+                    seen.add(j)
+                    stack.append(j)
+        return seen
+
+
+def _order(nodes: list[onnx.NodeProto]) -> list[int]:
+    """Indices of `nodes` in a topological order that keeps the given order where it can."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    waiting = [sum(1 for v in set(node.input) if v in producer) for node in nodes]
+    consumers: dict[int, list[int]] = defaultdict(list)
+    for i, node in enumerate(nodes):
+        for v in set(node.input):
+            if v in producer:
+                consumers[producer[v]].append(i)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in consumers[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != len(nodes):
+        raise ValueError("the training graph has a cycle")
+    return order
+
+
+def _topologically_sorted(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    return [nodes[i] for i in _order(nodes)]
+
+
+def _forward_gathered(view: _GraphView) -> dict[str, _Origin]:
+    """Values that are forward-gathered parameters (PreForwardBridge outputs), views/casts of them, and (outside
+    the forward) their shapes."""
+    pre_name = qualified_name(PreForwardBridge)
+    origins: dict[str, _Origin] = {}
+    for i in view.order:
+        node = view.nodes[i]
+        if func_name(node) == pre_name and i in view.forward:
+            key, input_count = ints_attribute(node, "input_int_scalars")[:2]
+            params = zero3_state.lookup(key).bridged_params()
+            for param, value in zip(params, node.output[1 + input_count :], strict=True):
+                origins[value] = _Origin(id(param))
+        elif (
+            node.input
+            and node.input[0] in origins
+            and (node.op_type in VIEW_OPS or _is_redoable(node, view, i))
+            and node.domain in ("", "ai.onnx")
+        ):
+            origins[node.output[0]] = _Origin(origins[node.input[0]].param, node)
+    return origins
+
+
+def _is_redoable(node: onnx.NodeProto, view: _GraphView, index: int) -> bool:
+    """A view or shape of a parameter outside the forward: re-done wherever the backward reads it, not rewired."""
+    return index not in view.forward and node.op_type in VIEW_OPS | SHAPE_OPS and node.domain in ("", "ai.onnx")
+
+
+def _anchors(view: _GraphView) -> list[tuple[int, int]]:
+    """(node index, module key) of every PostForwardBridge gradient node."""
+    post_name = qualified_name(PostForwardBridge)
+    forward_key = {
+        node.output[0]: ints_attribute(node, "input_int_scalars")[0]
+        for node in view.nodes
+        if func_name(node) == post_name
+    }
+    return [
+        (i, forward_key[node.input[0]])
+        for i, node in enumerate(view.nodes)
+        if node.op_type == _GRAD_OP and node.input and node.input[0] in forward_key
+    ]
+
+
+def _bits(mask: int) -> list[int]:
+    bits = []
+    while mask:
+        low = mask & -mask
+        bits.append(low.bit_length() - 1)
+        mask ^= low
+    return bits
+
+
+class _Regather:
+    """One BackwardParamsBridge after one anchor, and the views re-done from its outputs."""
+
+    def __init__(self, view: _GraphView, anchor: int, key: int) -> None:
+        anchor_node = view.nodes[anchor]
+        after = next(out for out in anchor_node.output if out)
+        slot = list(anchor_node.output).index(after)
+        ranks = ints_attribute(anchor_node, "output_tensor_ranks")
+        types = ints_attribute(anchor_node, "output_tensor_types")
+        self.params = zero3_state.lookup(key).bridged_params()
+        self.name = f"ort_zero_backward_params_{anchor}"
+        self.node = make_python_op(
+            qualified_name(BackwardParamsBridge),
+            self.name,
+            int_scalars=[key],
+            inputs=[(after, ranks[slot], types[slot])],
+            outputs=[(f"{self.name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(self.params)],
+            training_mode=0,
+        )
+        self.index = {id(p): j for j, p in enumerate(self.params)}
+        self.redone: dict[str, str] = {}
+
+    def value_for(self, value: str, origins: dict[str, _Origin], new_nodes: list[onnx.NodeProto]) -> str:
+        """The name of `value` computed from this re-gather's output instead of the forward copy."""
+        if value in self.redone:
+            return self.redone[value]
+        origin = origins[value]
+        if origin.node is None:
+            name = self.node.output[1 + self.index[origin.param]]
+        else:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(origin.node)
+            copy.name = f"{origin.node.name or origin.node.op_type}_{self.name}"
+            copy.input[0] = self.value_for(origin.node.input[0], origins, new_nodes)
+            name = f"{origin.node.output[0]}_{self.name}"
+            copy.output[0] = name
+            new_nodes.append(copy)
+        self.redone[value] = name
+        return name
