@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ort_zero.models.stack import RELEASE_EARLY_ZERO3, LinearStack
+
 
 class WideMLP(nn.Module):
     """Parameters (and so gradients) dominate memory: 4 x (2048 x 2048) weights, small activations."""
@@ -60,7 +62,8 @@ def main() -> None:
     parser.add_argument("--mode", choices=["native", "torch", "ort"], required=True)
     parser.add_argument("--stage", type=int, default=3)
     parser.add_argument("--mem-grads", action="store_true")
-    parser.add_argument("--model", choices=["gpt", "mlp"], default="gpt")
+    parser.add_argument("--model", choices=["gpt", "mlp", "stack"], default="gpt")
+    parser.add_argument("--depth", type=int, default=16, help="layers of the stack model")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
@@ -75,20 +78,26 @@ def main() -> None:
 
     rank, _ = init_distributed()
     torch.manual_seed(0)
+    zero_config: dict = {"stage": args.stage}
     if args.model == "gpt":
         from ort_zero.models.gpt import GPT, GPTConfig
 
         model: nn.Module = GPT(GPTConfig(vocab_size=256, n_layer=4, n_head=4, d_model=256, max_seq=128))
         seq = 128
-    else:
+    elif args.model == "mlp":
         model, seq = WideMLP(), 16
+    else:
+        # Built partitioned (zero.Init) and released as early as DeepSpeed allows: memory is what the hooks keep.
+        zero_config, seq = dict(RELEASE_EARLY_ZERO3, stage=args.stage), 16
+        with deepspeed.zero.Init(config_dict_or_path={"zero_optimization": zero_config}, enabled=args.stage == 3):
+            model = LinearStack(depth=args.depth)
     if args.mode == "ort":
         from onnxruntime.training.ortmodule import ORTModule
 
         model = ORTModule(model)
     config = {
         "train_micro_batch_size_per_gpu": 4,
-        "zero_optimization": {"stage": args.stage},
+        "zero_optimization": zero_config,
         "zero_force_ds_cpu_optimizer": False,
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
@@ -99,10 +108,15 @@ def main() -> None:
 
     losses = []
 
-    def step() -> float:
+    def forward() -> torch.Tensor:
+        if args.model == "stack":
+            return engine(torch.randn(4, seq, 2048, generator=generator).to(engine.device))
         ids = torch.randint(0, 256, (4, seq + 1), generator=generator)
+        return engine(input_ids=ids[:, :-1].to(engine.device), labels=ids[:, 1:].to(engine.device))["loss"]
+
+    def step() -> float:
         start = time.perf_counter()
-        loss = engine(input_ids=ids[:, :-1].to(engine.device), labels=ids[:, 1:].to(engine.device))["loss"]
+        loss = forward()
         engine.backward(loss)
         engine.step()
         elapsed = (time.perf_counter() - start) * 1000

@@ -70,9 +70,9 @@ def alias_maps(node_proto: bytes, non_tensor_inputs: int, passed_through: int | 
     inputs (all of them when None), so that ORT plans them as reused buffers instead of copying each one.
 
     Forward map: one entry per output (ORT's context output excluded), the index of the argument it shares memory
-    with among all `forward` arguments (non-tensor ones first, as in the signature), or -1. Backward map: one entry
-    per `forward` argument; all -1, because a gradient ORT leaves undefined comes back as new zeros, so whether an
-    input gradient is the output gradient itself is only known at run time (ORT then copies it).
+    with among all `forward` arguments (non-tensor ones first, as in the signature), or -1. Backward map: all -1
+    here; which output gradients exist is known only in the gradient graph, where `ort_zero.ort.grad_reuse` sets
+    the gradient nodes' reuse so that each passed-through gradient is handed back without a copy.
     """
     import onnx
 

@@ -97,6 +97,8 @@ def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
 def forward_gathered_reads(graph: onnx.GraphProto) -> list[str]:
     """Backward reads of forward-gathered parameters or their views ("node <- value"): each keeps a gathered copy
     alive from the forward to the backward. Empty after `regather_for_backward`, unless it reported reads it kept."""
+    if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
+        return []
     view = _GraphView(graph)
     origins = _forward_gathered(view)
     return [

@@ -9,12 +9,14 @@ from typing import Any
 
 import torch
 
+from .backward_gather import forward_gathered_reads
 from .graph import func_name
 
 
 def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
     """For an ORTModule (or a module wrapping one as `.module`, like a DeepSpeed engine): per mode ("training",
-    "inference"), whether an ORT session exists and the sorted func names of its graph's PythonOps."""
+    "inference"), whether an ORT session exists and the sorted func names of its graph's PythonOps; for training,
+    also the backward reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy alive)."""
     ort_module = model if hasattr(model, "_torch_module") else getattr(model, "module", model)
     if not hasattr(ort_module, "_torch_module"):
         raise TypeError(f"{type(ort_module).__name__} is not an ORTModule")
@@ -26,4 +28,6 @@ def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
             "session": manager._execution_agent is not None,
             "python_ops": sorted({name for node in graph.node if (name := func_name(node))}) if graph else [],
         }
+        if is_training:
+            record[mode]["backward_reads_of_forward_gathers"] = forward_gathered_reads(graph) if graph else []
     return record

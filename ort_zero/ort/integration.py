@@ -19,6 +19,7 @@ from .. import settings
 from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
+from .grad_reuse import declare_passthrough_grad_reuse
 from .graph import qualified_name
 from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
@@ -58,11 +59,12 @@ def schema_forward(original: Callable, during_export: Callable[[], contextlib.Ab
 
 
 def graph_optimizers(original: Any) -> Any:
-    """Wraps ORT's graph-optimizer registry run on the training graph: ORT's optimizers, then ort_zero's re-gather
-    pass (a graph without ort_zero's bridges is left alone)."""
+    """Wraps ORT's graph-optimizer registry run on the training graph: ORT's optimizers, then ort_zero's passes
+    (a graph without ort_zero's PythonOps is left alone)."""
 
     def optimize_all(cls: type, module_name: str, device: str, graph: Any) -> None:
         original.__get__(None, cls)(module_name, device, graph)
+        declare_passthrough_grad_reuse(graph)
         report = regather_for_backward(graph)
         if report.regathers:
             logger.info(

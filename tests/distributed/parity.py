@@ -13,6 +13,7 @@ SCRIPT = Path(__file__).parent / "scripts" / "run_zero3.py"
 STEPS = 20
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
 MEMORY_EFFICIENT_LINEAR = "deepspeed.runtime.zero.linear.LinearFunctionForZeroStage3"
+BACKWARD_PARAMS = "ort_zero.zero3.bridges.BackwardParamsBridge"
 
 
 def train(
@@ -29,14 +30,20 @@ def train(
 
 def assert_ran_in_ort(result: dict, training_ops: frozenset[str] = frozenset()) -> None:
     """On every rank: ORT sessions ran the training and the inference graph; under ZeRO-3 both graphs hold
-    ort_zero's bridges and, when DeepSpeed's memory-efficient linear is on, its autograd Function, as PythonOps;
-    the training graph also holds `training_ops`."""
+    ort_zero's bridges as PythonOps and ORT runs Linear layers itself (no DeepSpeed memory-efficient linear), and
+    the training graph's backward reads parameters re-gathered for it, never the forward's copies; the training
+    graph also holds `training_ops`."""
     for rank, evidence in enumerate(result["ranks"]):
         assert evidence["ort_session"] and evidence["inference_session"], f"rank {rank}: no ORT session ran"
-        both = BRIDGES if evidence["ort_zero_hooks"] else set()
-        both |= {MEMORY_EFFICIENT_LINEAR} if evidence["memory_efficient_linear"] else set()
-        for graph, wanted in (("python_ops", both | training_ops), ("inference_python_ops", both)):
+        zero3 = evidence["ort_zero_hooks"]
+        both = BRIDGES if zero3 else set()
+        training = both | set(training_ops) | ({BACKWARD_PARAMS} if zero3 else set())
+        for graph, wanted in (("python_ops", training), ("inference_python_ops", both)):
             assert wanted <= set(evidence[graph]), f"rank {rank}: {graph} lacks {wanted - set(evidence[graph])}"
+            if zero3:
+                assert MEMORY_EFFICIENT_LINEAR not in evidence[graph], f"rank {rank}: {graph} runs Linear in PyTorch"
+        kept = evidence["backward_reads_of_forward_gathers"]
+        assert not kept, f"rank {rank}: the backward reads parameters gathered in the forward: {kept}"
 
 
 def assert_same_training(reference: dict, result: dict, rtol: float, atol: float) -> None:

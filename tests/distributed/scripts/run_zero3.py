@@ -139,6 +139,7 @@ def main() -> None:
         record = ort_run_record(engine.module)
         result["ort_session"] = record["training"]["session"]
         result["python_ops"] = record["training"]["python_ops"]
+        result["backward_reads_of_forward_gathers"] = record["training"]["backward_reads_of_forward_gathers"]
         result["inference_session"] = record["inference"]["session"]
         result["inference_python_ops"] = record["inference"]["python_ops"]
         result["training_exports"] = len(exports)

@@ -33,11 +33,15 @@ class Net(torch.nn.Module):
 def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
     model = ortmodule.ORTModule(Net())
     before = ort_run_record(model)
-    assert before["training"] == {"session": False, "python_ops": []}
+    assert before["training"] == {"session": False, "python_ops": [], "backward_reads_of_forward_gathers": []}
 
     model(torch.randn(2, 4)).backward()
     record = ort_run_record(model)
-    assert record["training"] == {"session": True, "python_ops": [qualified_name(Double)]}
+    assert record["training"] == {
+        "session": True,
+        "python_ops": [qualified_name(Double)],
+        "backward_reads_of_forward_gathers": [],
+    }
     assert record["inference"] == {"session": False, "python_ops": []}
 
     with torch.no_grad():

@@ -103,3 +103,25 @@ def test_ort_does_not_copy_the_recorders_outputs(tmp_path: Path, capfd: pytest.C
     printed = capfd.readouterr().out
     copied = [line for line in printed.splitlines() if "Forward" in line and "A clone will be done" in line]
     assert not copied, copied
+
+
+@pytest.mark.parametrize("ort_zero_enabled", [False, True])
+def test_ort_copies_the_recorders_gradients_only_without_ort_zero(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], ort_zero_enabled: bool
+) -> None:
+    """A recorder's backward hands each output gradient back as its input's gradient; ort_zero's gradient-graph pass
+    declares that reuse (grad_reuse), so ORT's gradient kernels stop copying it. Without ort_zero's ORT patches ORT
+    copies and says so: the control that shows the check can fail."""
+    import ort_zero
+
+    if ort_zero_enabled:
+        ort_zero.enable_zero3()
+    try:
+        torch.manual_seed(0)
+        model = train(Net(), tmp_path / "ort")
+    finally:
+        ort_zero.disable_zero3()
+    assert model._torch_module._execution_manager(True)._execution_agent is not None, "no ORT session ran"
+    printed = capfd.readouterr().out
+    copied = [line for line in printed.splitlines() if "Backward" in line and "A clone will be done" in line]
+    assert bool(copied) != ort_zero_enabled, copied

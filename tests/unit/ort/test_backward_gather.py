@@ -1,0 +1,119 @@
+"""The re-gather pass on a small hand-built training graph: one module whose backward reads its weight, directly and
+through views, before and after the pass; and a read no module's backward precedes, which must be reported."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+pytest.importorskip("onnxruntime.training.ortmodule")
+
+from ort_zero.ort.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
+from ort_zero.ort.graph import MS_DOMAIN, func_name, qualified_name  # noqa: E402
+from ort_zero.zero3 import state as zero3_state  # noqa: E402
+from ort_zero.zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge  # noqa: E402
+
+FLOAT = TensorProto.FLOAT
+
+
+@pytest.fixture
+def key() -> Iterator[int]:
+    """A module state whose one partitioned parameter (a 4x4 weight) the graph's bridges gather."""
+    weight = torch.nn.Parameter(torch.empty(0))
+    weight.ds_id, weight.ds_shape = 0, torch.Size([4, 4])
+    module = torch.nn.Module()
+    module.ds_id = 0
+    module_state = zero3_state.register(module, offload=None)
+    module_state.exported_params = [weight]
+    yield module_state.key
+    zero3_state.unregister(module_state)
+
+
+def python_op(func: type, inputs: list[str], outputs: list[str], scalars: list[int]) -> onnx.NodeProto:
+    return helper.make_node(
+        "PythonOp", inputs, outputs, outputs[1], domain=MS_DOMAIN, func_name=qualified_name(func),
+        input_int_scalars=scalars, output_tensor_ranks=[2] * (len(outputs) - 1),
+        output_tensor_types=[FLOAT] * (len(outputs) - 1),
+    )  # fmt: skip
+
+
+def grad_op(ctx: str, inputs: list[str], outputs: list[str]) -> onnx.NodeProto:
+    return helper.make_node(
+        "PythonOpGrad", [ctx, *inputs], outputs, f"{outputs[0]}_node", domain=MS_DOMAIN,
+        output_tensor_ranks=[2] * len(outputs), output_tensor_types=[FLOAT] * len(outputs),
+    )  # fmt: skip
+
+
+def training_graph(key: int, extra_backward: list[onnx.NodeProto] = ()) -> onnx.GraphProto:
+    """y = x @ W.T inside a module; the backward reads W.T (a forward view) and W.T.T (a view made outside the
+    forward), as ORT's gradient builders do."""
+    nodes = [
+        python_op(PreForwardBridge, ["x", "placeholder"], ["pre_ctx", "x1", "w"], [key, 1]),
+        helper.make_node("Transpose", ["w"], ["wt"], "forward_view"),
+        helper.make_node("MatMul", ["x1", "wt"], ["y"], "forward_matmul"),
+        python_op(PostForwardBridge, ["y"], ["post_ctx", "y1"], [key]),
+        helper.make_node("YieldOp", ["y1"], ["dy1"], "yield", domain=MS_DOMAIN),
+        grad_op("post_ctx", ["dy1"], ["dy"]),
+        helper.make_node("Transpose", ["wt"], ["wtt"], "backward_view"),
+        helper.make_node("MatMul", ["dy", "wtt"], ["dx"], "input_grad"),
+        helper.make_node("MatMul", ["dy", "wt"], ["dx_other"], "second_read"),
+        helper.make_node("Add", ["dx", "dx_other"], ["dx_sum"], "sum"),
+        *extra_backward,
+        grad_op("pre_ctx", ["dx_sum"], ["x_grad"]),
+    ]
+    return helper.make_graph(
+        nodes, "training", [helper.make_tensor_value_info(n, FLOAT, None) for n in ("x", "placeholder")],
+        [helper.make_tensor_value_info("x_grad", FLOAT, None)],
+    )  # fmt: skip
+
+
+def test_backward_reads_of_the_forward_copy_are_found_and_moved_to_a_regather(key: int) -> None:
+    graph = training_graph(key)
+    assert sorted(forward_gathered_reads(graph)) == ["input_grad <- wtt", "second_read <- wt"]
+
+    report = regather_for_backward(graph)
+
+    assert (report.regathers, report.rewired_reads, report.kept) == (1, 2, [])
+    assert forward_gathered_reads(graph) == []
+    nodes = {node.name: node for node in graph.node}
+    [regather] = [node for node in graph.node if func_name(node) == qualified_name(BackwardParamsBridge)]
+    assert list(regather.input) == ["dy"], "the re-gather must run after the gather in PostForwardBridge's backward"
+    # Both reads now come from the re-gathered weight through views re-done in the backward.
+    redone_t = next(n for n in graph.node if n.op_type == "Transpose" and n.input[0] == regather.output[1])
+    assert nodes["second_read"].input[1] == redone_t.output[0]
+    redone_tt = next(n for n in graph.node if n.op_type == "Transpose" and n.input[0] == redone_t.output[0])
+    assert nodes["input_grad"].input[1] == redone_tt.output[0]
+    assert "backward_view" not in nodes, "the view of the forward copy is unused and must be gone"
+    assert nodes["forward_view"].input[0] == "w", "the forward keeps reading its own copy"
+    order = [node.name for node in graph.node]
+    assert order.index("dy_node") < order.index(regather.name) < order.index("input_grad")
+
+
+def test_a_read_no_module_backward_precedes_keeps_the_forward_copy_and_is_reported(
+    key: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reads the weight from the YieldOp's gradient directly: no PostForwardBridge backward (no gather) before it.
+    early = helper.make_node("MatMul", ["dy1", "w"], ["early"], "early_read")
+    graph = training_graph(key, [early])
+
+    with caplog.at_level(logging.WARNING, logger="ort_zero.ort.backward_gather"):
+        report = regather_for_backward(graph)
+
+    assert report.kept == ["early_read <- w"]
+    assert forward_gathered_reads(graph) == ["early_read <- w"]
+    assert "keep those copies alive" in caplog.text
+
+
+def test_a_graph_without_bridges_is_left_alone() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], "relu")], "plain", [helper.make_tensor_value_info("x", FLOAT, None)],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+    )  # fmt: skip
+    before = graph.SerializeToString()
+    assert regather_for_backward(graph).regathers == 0
+    assert graph.SerializeToString() == before
