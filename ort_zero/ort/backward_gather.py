@@ -19,14 +19,19 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import onnx
+import torch
+from deepspeed.runtime.zero.partition_parameters import register_external_parameter
+from onnx import helper
 
 from ..zero3 import state as zero3_state
 from ..zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge
-from .graph import func_name, ints_attribute, make_python_op, onnx_dtype, qualified_name
+from ..zero3.state import fetched_params
+from .graph import func_name, ints_attribute, make_python_op, onnx_dtype, qualified_name, register_function
 
 logger = logging.getLogger(__name__)
 
@@ -44,50 +49,62 @@ class BackwardGatherReport:
     regathers: int = 0  # BackwardParamsBridge nodes inserted
     rewired_reads: int = 0  # backward inputs now reading a re-gathered parameter (or a view re-done from one)
     kept: list[str] = field(default_factory=list)  # "node <- value": backward reads still of forward copies
+    registered: list[str] = field(default_factory=list)  # "param ds_id -> module": external parameters registered
 
 
 def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
     """Apply the pass in place to a training graph of ort_zero's bridges; a graph without them is left alone."""
     report = BackwardGatherReport()
-    pre_name = qualified_name(PreForwardBridge)
-    if not any(func_name(node) == pre_name for node in graph.node):
+    if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
         return report
     view = _GraphView(graph)
     origins = _forward_gathered(view)
-    anchors = _anchors(view)
-    ancestry = view.anchor_ancestry([index for index, _ in anchors])
-    anchor_key = dict(anchors)
-    gathers = {key: {id(p) for p in zero3_state.lookup(key).bridged_params()} for key in set(anchor_key.values())}
-    regathers: dict[int, _Regather] = {}  # by anchor node index
-    new_nodes: list[onnx.NodeProto] = []
+    _constant_shapes(view, origins)
+    anchors = dict(_anchors(view))  # anchor node index -> module key
+    ancestry = view.anchor_ancestry(list(anchors))
+    gathers = {key: {id(p) for p in fetched_params(zero3_state.lookup(key).module)} for key in anchors.values()}
 
+    # Which anchor's re-gather serves each backward read: the nearest one among modules that gather the parameter.
+    reads: list[tuple[onnx.NodeProto, int, str, int]] = []  # (reader, input slot, value, anchor)
     for reader in view.backward:
         node = view.nodes[reader]
         for slot, value in enumerate(node.input):
             origin = origins.get(value)
             if origin is None or _is_redoable(node, view, reader):
                 continue
-            candidates = [a for a in _bits(ancestry[reader]) if origin.param in gathers[anchor_key[a]]]
-            if not candidates:
+            preceding = sorted(_bits(ancestry[reader]), key=view.position.__getitem__)
+            gathering = [a for a in preceding if id(origin.param) in gathers[anchors[a]]]
+            if not gathering and preceding:
+                # Read outside every module that owns it (e.g. a parent reading a child's weight). DeepSpeed
+                # registers such a parameter with the running module at its first eager forward, which the
+                # ORT graph hides from it: register it with the nearest module whose backward comes first.
+                module = zero3_state.lookup(anchors[preceding[-1]]).module
+                register_external_parameter(module, origin.param)
+                gathers[anchors[preceding[-1]]].add(id(origin.param))
+                report.registered.append(f"{origin.param.ds_id} -> {type(module).__name__} (ds_id {module.ds_id})")
+                gathering = [preceding[-1]]
+            if not gathering:
                 report.kept.append(f"{node.name or node.op_type} <- {value}")
                 continue
-            anchor = max(candidates, key=view.position.__getitem__)
-            if anchor not in regathers:
-                regathers[anchor] = _Regather(view, anchor, anchor_key[anchor])
-                new_nodes.append(regathers[anchor].node)
-            node.input[slot] = regathers[anchor].value_for(value, origins, new_nodes)
-            report.rewired_reads += 1
+            reads.append((node, slot, value, gathering[-1]))
 
-    report.regathers = len(regathers)
+    needed: dict[int, dict[int, torch.nn.Parameter]] = defaultdict(dict)
+    for _, _, value, anchor in reads:
+        needed[anchor][id(origins[value].param)] = origins[value].param
+    regathers = {
+        anchor: _Regather(view, anchor, anchors[anchor], list(params.values())) for anchor, params in needed.items()
+    }
+    new_nodes = [regather.node for regather in regathers.values()]
+    for node, slot, value, anchor in reads:
+        node.input[slot] = regathers[anchor].value_for(value, origins, new_nodes)
+    report.regathers, report.rewired_reads = len(regathers), len(reads)
     if regathers:
         view.rebuild(new_nodes)
-        from .integration import register_function
-
         register_function(BackwardParamsBridge)
     if report.kept:
         logger.warning(
-            "ort_zero: %d backward reads of parameters gathered in the forward keep those copies alive until the "
-            "backward (no module that gathers them runs its backward first): %s",
+            "ort_zero: %d backward reads of ZeRO-3 parameters keep the forward's gathered copies alive until the "
+            "backward (no module's backward precedes them): %s",
             len(report.kept),
             ", ".join(report.kept[:5]),
         )
@@ -109,11 +126,11 @@ def forward_gathered_reads(graph: onnx.GraphProto) -> list[str]:
     ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Origin:
     """A value that is a forward-gathered parameter (`node` None) or a view of one made by `node`."""
 
-    param: int  # id() of the parameter
+    param: torch.nn.Parameter
     node: onnx.NodeProto | None = None
 
 
@@ -220,7 +237,7 @@ def _forward_gathered(view: _GraphView) -> dict[str, _Origin]:
             key, input_count = ints_attribute(node, "input_int_scalars")[:2]
             params = zero3_state.lookup(key).bridged_params()
             for param, value in zip(params, node.output[1 + input_count :], strict=True):
-                origins[value] = _Origin(id(param))
+                origins[value] = _Origin(param)
         elif (
             node.input
             and node.input[0] in origins
@@ -229,6 +246,27 @@ def _forward_gathered(view: _GraphView) -> dict[str, _Origin]:
         ):
             origins[node.output[0]] = _Origin(origins[node.input[0]].param, node)
     return origins
+
+
+def _constant_shapes(view: _GraphView, origins: dict[str, _Origin]) -> None:
+    """Outside the forward, the shape of a gathered parameter is its `ds_shape`: a constant, not a read of it."""
+    for i in view.not_forward:
+        node = view.nodes[i]
+        origin = origins.get(node.input[0]) if node.input else None
+        if node.op_type not in SHAPE_OPS or origin is None or origin.node is not None:
+            continue
+        shape = list(origin.param.ds_shape)
+        if node.op_type == "Size":
+            constant = helper.make_tensor("size", onnx.TensorProto.INT64, [], [math.prod(shape)])
+        else:
+            attributes = {a.name: a.i for a in node.attribute}
+            shape = shape[attributes.get("start", 0) : attributes.get("end", len(shape))]
+            constant = helper.make_tensor("shape", onnx.TensorProto.INT64, [len(shape)], shape)
+        del origins[node.output[0]]
+        node.op_type, node.domain = "Constant", ""
+        del node.input[:]
+        del node.attribute[:]
+        node.attribute.append(helper.make_attribute("value", constant))
 
 
 def _is_redoable(node: onnx.NodeProto, view: _GraphView, index: int) -> bool:
@@ -263,23 +301,23 @@ def _bits(mask: int) -> list[int]:
 class _Regather:
     """One BackwardParamsBridge after one anchor, and the views re-done from its outputs."""
 
-    def __init__(self, view: _GraphView, anchor: int, key: int) -> None:
+    def __init__(self, view: _GraphView, anchor: int, key: int, params: list[torch.nn.Parameter]) -> None:
         anchor_node = view.nodes[anchor]
         after = next(out for out in anchor_node.output if out)
         slot = list(anchor_node.output).index(after)
         ranks = ints_attribute(anchor_node, "output_tensor_ranks")
         types = ints_attribute(anchor_node, "output_tensor_types")
-        self.params = zero3_state.lookup(key).bridged_params()
         self.name = f"ort_zero_backward_params_{anchor}"
         self.node = make_python_op(
             qualified_name(BackwardParamsBridge),
             self.name,
-            int_scalars=[key],
+            int_scalars=[key, *(p.ds_id for p in params)],
             inputs=[(after, ranks[slot], types[slot])],
-            outputs=[(f"{self.name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(self.params)],
+            outputs=[(f"{self.name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(params)],
             training_mode=0,
+            input_convention="cd" + "c" * len(params),
         )
-        self.index = {id(p): j for j, p in enumerate(self.params)}
+        self.index = {id(p): j for j, p in enumerate(params)}
         self.redone: dict[str, str] = {}
 
     def value_for(self, value: str, origins: dict[str, _Origin], new_nodes: list[onnx.NodeProto]) -> str:
@@ -288,7 +326,7 @@ class _Regather:
             return self.redone[value]
         origin = origins[value]
         if origin.node is None:
-            name = self.node.output[1 + self.index[origin.param]]
+            name = self.node.output[1 + self.index[id(origin.param)]]
         else:
             copy = onnx.NodeProto()
             copy.CopyFrom(origin.node)

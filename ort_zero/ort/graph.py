@@ -87,12 +87,15 @@ def make_python_op(
     inputs: list[tuple[str, int, int]],
     outputs: list[tuple[str, int, int]],
     training_mode: int = 1,
+    input_convention: str | None = None,
 ) -> onnx.NodeProto:
-    """A PythonOp calling autograd Function `func` as `forward(ctx, *int_scalars, *inputs)`.
+    """A PythonOp calling autograd Function `func` as `forward(ctx, *int_scalars, *inputs)`, or in the order of
+    `input_convention` ("c" an integer scalar, "d" a tensor, e.g. "cdcc").
 
     `inputs` and `outputs` are (name, rank, ONNX element type); ORT adds the ctx as output 0 (named
     `<node_name>_ctx`). With `training_mode=0` ORT runs it without autograd, as inside an inference graph.
     """
+    convention = input_convention or "c" * len(int_scalars) + "d" * len(inputs)
     return helper.make_node(
         PYTHON_OP,
         [name for name, _, _ in inputs],
@@ -100,9 +103,9 @@ def make_python_op(
         node_name,
         domain=MS_DOMAIN,
         func_name=func,
-        input_convention="c" * len(int_scalars) + "d" * len(inputs),
+        input_convention=convention,
         input_int_scalars=int_scalars,
-        input_int_scalar_positions=list(range(len(int_scalars))),
+        input_int_scalar_positions=[i for i, kind in enumerate(convention) if kind == "c"],
         input_tensor_ranks=[rank for _, rank, _ in inputs],
         input_tensor_types=[elem_type for _, _, elem_type in inputs],
         output_tensor_ranks=[rank for _, rank, _ in outputs],
@@ -110,3 +113,14 @@ def make_python_op(
         training_mode=training_mode,
         comment="",
     )
+
+
+def register_function(cls: type[torch.autograd.Function]) -> None:
+    """Make an autograd Function that no trace has seen callable from ORT PythonOps."""
+    from onnxruntime.capi._pybind_state import register_torch_autograd_function
+    from onnxruntime.training.ortmodule._custom_autograd_function_exporter import (
+        register_custom_function_schema_supplementary,
+    )
+
+    register_torch_autograd_function(qualified_name(cls), cls)
+    register_custom_function_schema_supplementary(cls)

@@ -20,7 +20,7 @@ from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
 from .grad_reuse import declare_passthrough_grad_reuse
-from .graph import qualified_name
+from .graph import register_function
 from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
 
@@ -208,14 +208,3 @@ def _trigger_tensor(args: Any, kwargs: dict[str, Any]) -> torch.Tensor:
         return kwargs[TRIGGER_NAME]
     device = next((t.device for t in args if isinstance(t, torch.Tensor)), torch.device("cpu"))
     return torch.zeros(1, device=device).requires_grad_(torch.is_grad_enabled())
-
-
-def register_function(cls: type[torch.autograd.Function]) -> None:
-    """Make an autograd Function that no trace has seen callable from ORT PythonOps."""
-    from onnxruntime.capi._pybind_state import register_torch_autograd_function
-    from onnxruntime.training.ortmodule._custom_autograd_function_exporter import (
-        register_custom_function_schema_supplementary,
-    )
-
-    register_torch_autograd_function(qualified_name(cls), cls)
-    register_custom_function_schema_supplementary(cls)

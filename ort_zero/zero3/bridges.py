@@ -144,12 +144,17 @@ class BackwardParamsBridge(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, key: int, after_gather: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: Any, key: int, after_gather: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
         from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
         module_state = zero3_state.lookup(key)
-        params = module_state.bridged_params()
-        missing = [p.ds_id for p in params if p.ds_status != ZeroParamStatus.AVAILABLE]
+        by_id = {p.ds_id: p for p in zero3_state.fetched_params(module_state.module)}
+        params = [by_id.get(ds_id) for ds_id in ds_ids]
+        missing = [
+            ds_id
+            for ds_id, p in zip(ds_ids, params, strict=True)
+            if p is None or p.ds_status != ZeroParamStatus.AVAILABLE
+        ]
         if missing:
             raise RuntimeError(
                 f"ort_zero: the backward of {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) "

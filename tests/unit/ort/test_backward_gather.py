@@ -21,17 +21,34 @@ from ort_zero.zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreF
 FLOAT = TensorProto.FLOAT
 
 
+def module_state(ds_id: int, weight: torch.nn.Parameter | None = None) -> zero3_state.ModuleState:
+    """A module (with `weight` as its one parameter, if given) as DeepSpeed and the subscriber leave it."""
+    from deepspeed.runtime.zero.partition_parameters import _init_external_params
+
+    module = torch.nn.Module()
+    module.ds_id = ds_id
+    if weight is not None:
+        module.weight = weight
+    _init_external_params(module)
+    state = zero3_state.register(module, offload=None)
+    state.exported_params = [weight] if weight is not None else []
+    return state
+
+
 @pytest.fixture
-def key() -> Iterator[int]:
-    """A module state whose one partitioned parameter (a 4x4 weight) the graph's bridges gather."""
+def states() -> Iterator[tuple[zero3_state.ModuleState, zero3_state.ModuleState]]:
+    """A module whose one partitioned parameter (a 4x4 weight) its bridges gather, and its parent, without any."""
     weight = torch.nn.Parameter(torch.empty(0))
     weight.ds_id, weight.ds_shape = 0, torch.Size([4, 4])
-    module = torch.nn.Module()
-    module.ds_id = 0
-    module_state = zero3_state.register(module, offload=None)
-    module_state.exported_params = [weight]
-    yield module_state.key
-    zero3_state.unregister(module_state)
+    made = (module_state(1, weight), module_state(0))
+    yield made
+    for state in made:
+        zero3_state.unregister(state)
+
+
+@pytest.fixture
+def key(states: tuple[zero3_state.ModuleState, zero3_state.ModuleState]) -> int:
+    return states[0].key
 
 
 def python_op(func: type, inputs: list[str], outputs: list[str], scalars: list[int]) -> onnx.NodeProto:
@@ -106,7 +123,7 @@ def test_a_read_no_module_backward_precedes_keeps_the_forward_copy_and_is_report
 
     assert report.kept == ["early_read <- w"]
     assert forward_gathered_reads(graph) == ["early_read <- w"]
-    assert "keep those copies alive" in caplog.text
+    assert "keep the forward's gathered copies alive" in caplog.text
 
 
 def test_a_graph_without_bridges_is_left_alone() -> None:
@@ -117,3 +134,35 @@ def test_a_graph_without_bridges_is_left_alone() -> None:
     before = graph.SerializeToString()
     assert regather_for_backward(graph).regathers == 0
     assert graph.SerializeToString() == before
+
+
+def test_a_parent_reading_a_childs_weight_gets_it_registered_and_regathered(
+    states: tuple[zero3_state.ModuleState, zero3_state.ModuleState],
+) -> None:
+    """The parent's backward reads the child's weight (as a parent computing with `self.child.weight` does):
+    DeepSpeed would have registered it as the parent's external parameter at the first eager forward; the pass
+    does that and serves the read from the parent's re-gather."""
+    child, parent = states
+    graph = training_graph(child.key)
+    # The parent wraps the child's output: its PostForwardBridge backward runs first, then reads the weight.
+    nodes = list(graph.node)
+    yield_index = next(i for i, n in enumerate(nodes) if n.op_type == "YieldOp")
+    nodes[yield_index].input[0] = "z1"
+    nodes.insert(yield_index, python_op(PostForwardBridge, ["y1"], ["outer_ctx", "z1"], [parent.key]))
+    grad = next(n for n in nodes if n.op_type == "PythonOpGrad" and n.input[0] == "post_ctx")
+    grad.input[1] = "dy_outer"
+    nodes.insert(nodes.index(grad), grad_op("outer_ctx", ["dy1"], ["dy_outer"]))
+    nodes.insert(nodes.index(grad), helper.make_node("MatMul", ["dy_outer", "w"], ["parent_read"], "parent_read"))
+    nodes[-1].input[1] = "dx_sum"
+    nodes.insert(len(nodes) - 1, helper.make_node("Add", ["parent_read", "dx_sum"], ["dx_all"], "parent_sum"))
+    nodes[-1].input[1] = "dx_all"
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+    report = regather_for_backward(graph)
+
+    assert report.kept == [] and forward_gathered_reads(graph) == []
+    assert [p for _, p in parent.module.ds_external_parameters()] == [child.module.weight]
+    regathers = {n.input[0]: n for n in graph.node if func_name(n) == qualified_name(BackwardParamsBridge)}
+    assert set(regathers) == {"dy_outer", "dy"}, "one re-gather after each module's PostForwardBridge backward"
+    assert next(n for n in graph.node if n.name == "parent_read").input[1] == regathers["dy_outer"].output[1]
