@@ -9,8 +9,10 @@ engine, *_ = deepspeed.initialize(model=model, config=...)
 from __future__ import annotations
 
 from .api import disable_zero3, enable_from_environment, enable_mem_efficient_grads, enable_zero3, is_zero3_enabled
+from .ort.cuda_libraries import make_findable
 
 __version__ = "0.1.0"
 __all__ = ["disable_zero3", "enable_mem_efficient_grads", "enable_zero3", "is_zero3_enabled"]
 
+make_findable()  # on GPU hosts: ORT's CUDA 11 libraries, before any ORT session loads its CUDA provider
 enable_from_environment()
