@@ -138,6 +138,7 @@ def main() -> None:
 
         record = ort_run_record(engine.module)
         result["ort_session"] = record["training"]["session"]
+        result["providers"] = record["training"]["providers"]
         result["python_ops"] = record["training"]["python_ops"]
         result["inference_session"] = record["inference"]["session"]
         result["inference_python_ops"] = record["inference"]["python_ops"]
