@@ -168,8 +168,7 @@ def cuda_lines(report: Report) -> list[str]:
     if missing:
         report.problem(f"not found: {', '.join(missing)} (run '{fix}')")
     lines.append(f"{len(report_by_library)} libraries checked, {len(missing)} not found ({cuda_libraries.home()})")
-    if extensions.missing_extensions("cuda"):
-        report.problem(f"ORTModule's GPU allocator extension is not built (run '{fix}')")
+    if extensions.missing_extensions("cuda"):  # a problem already, in the onnxruntime-training line
         lines.append(f"torch_gpu_allocator NOT built (run '{fix}')")
     else:
         importlib.import_module(f"{EXTENSIONS_PACKAGE}.torch_gpu_allocator")
