@@ -5,6 +5,8 @@
 #
 # Steps: a Python 3.11 interpreter -> .venv -> `pip install -e .[dev]` (the pins live in setup.py) ->
 # ORTModule's torch C++ extensions for what this machine has -> an ORTModule forward/backward with fallback disabled.
+# On a machine with an NVIDIA driver (or anywhere with ORT_ZERO_CUDA=1) also: the CUDA 11 libraries ORT's CUDA
+# provider needs, into .venv/ort_zero-cuda11/ (wheels cached there, 1.4 GB), and ORTModule's GPU allocator extension.
 # The venv is stamped with a hash of setup.py; the stamp is re-checked on every run, so a changed pin re-installs.
 set -euo pipefail
 
@@ -48,6 +50,13 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$(pins_hash)" ]; then
     pins_hash > "$STAMP"
 else
     say "stack already installed in $VENV"
+fi
+
+# GPU hosts: onnxruntime-training is a CUDA 11.8 build, torch a CUDA 12 one; `import ort_zero` preloads these.
+if "$VENV/bin/python" -c 'import sys; from ort_zero.ort.cuda_libraries import wanted; sys.exit(0 if wanted() else 1)'; then
+    "$VENV/bin/python" -m ort_zero.ort.cuda_libraries check 2>/dev/null \
+        || "$VENV/bin/python" -m ort_zero.ort.cuda_libraries install \
+        || die "the CUDA 11 libraries for ORT's CUDA provider could not be installed (output above)."
 fi
 
 # Builds only what is missing; the build is cached in ~/.cache/ort_zero keyed on torch/ORT versions.

@@ -330,3 +330,25 @@ register(
     ),
     group="ort",
 )
+
+
+def _cuda_provider_required(original: Any) -> Any:
+    from .ort.cuda_provider import cuda_provider_required
+
+    return cuda_provider_required(original)
+
+
+for _manager in ("_training_manager:TrainingManager", "_inference_manager:InferenceManager"):
+    register(
+        Patch(
+            name=f"ort.cuda_provider_required.{_manager.partition(':')[2]}",
+            owner_path=f"onnxruntime.training.ortmodule.{_manager}",
+            attribute="_create_execution_agent",
+            distribution="onnxruntime-training",
+            versions=ORT_VERSIONS,
+            reason="when ORT's CUDA provider cannot load, ORT builds the session on the CPU provider and ORTModule "
+            "trains a CUDA model on the CPU without a word; ort_zero refuses, naming what failed to load.",
+            make_replacement=_cuda_provider_required,
+        ),
+        group="ort",
+    )

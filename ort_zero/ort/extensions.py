@@ -1,9 +1,12 @@
 """Build ORTModule's torch C++ extensions for what this machine has, and check that ORTModule really runs.
 
 ORT's own installer (`onnxruntime.training.ortmodule.torch_cpp_extensions.install`) compiles the CUDA extensions
-whenever torch is a CUDA build and stops on a machine without the CUDA toolkit, which is every CPU machine with PyPI's
-torch. Here the `cpu/` extensions are always built and the `cuda/` ones only where a GPU and `nvcc` exist. Built
-libraries are cached under ~/.cache/ort_zero keyed on the torch/ORT versions, so a fresh venv reuses them.
+whenever torch is a CUDA build and stops at the first failure: `fused_ops` needs `nvcc`, which PyPI's CUDA 12 torch
+does not bring. Here the `cpu/` extensions are always built; on GPU hosts (or with ORT_ZERO_CUDA=1) also
+`torch_gpu_allocator`, which ORTModule imports whenever CUDA is available: it is plain C++, compiled by g++ against a
+CUDA_HOME assembled from torch's nvidia-*-cu12 wheels. `fused_ops` is never built (it only serves
+`onnxruntime.training.optim`'s FusedAdam and FP16_Optimizer). Built libraries are cached under ~/.cache/ort_zero
+keyed on the torch/ORT versions, so a fresh venv reuses them.
 
     python -m ort_zero.ort.extensions ensure   # build what is missing (idempotent)
     python -m ort_zero.ort.extensions smoke    # ORTModule forward/backward, fallback disabled
@@ -21,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import cuda_libraries
+
 CACHE_ROOT = Path(os.environ.get("ORT_ZERO_CACHE", Path.home() / ".cache" / "ort_zero"))
 
 
@@ -32,26 +37,31 @@ def extensions_dir() -> Path:
     return Path(spec.origin).parent / "training" / "ortmodule" / "torch_cpp_extensions"
 
 
+# The CUDA extensions that build without nvcc; fused_ops (.cu sources) is left out on purpose.
+CUDA_WITHOUT_NVCC = ("torch_gpu_allocator",)
+
+
 def wanted_flavours() -> list[str]:
     import torch
 
     flavours = ["cpu"]
-    if torch.version.cuda and torch.cuda.is_available() and shutil.which("nvcc"):
+    if torch.version.cuda and cuda_libraries.wanted():
         flavours.append("cuda")
     return flavours
 
 
+def extension_names(flavour: str) -> list[str]:
+    names = sorted(Path(setup).parent.name for setup in glob.glob(str(extensions_dir() / flavour / "*" / "setup.py")))
+    return [name for name in names if flavour != "cuda" or name in CUDA_WITHOUT_NVCC]
+
+
 def built_libraries(flavour: str) -> list[Path]:
     """The .so files ORTModule loads for one flavour (one per extension folder)."""
-    folder = extensions_dir()
-    names = [Path(setup).parent.name for setup in glob.glob(str(folder / flavour / "*" / "setup.py"))]
-    return [lib for name in names for lib in folder.glob(f"{name}*.so")]
+    return [lib for name in extension_names(flavour) for lib in extensions_dir().glob(f"{name}*.so")]
 
 
 def missing_extensions(flavour: str) -> list[str]:
-    folder = extensions_dir()
-    names = sorted(Path(setup).parent.name for setup in glob.glob(str(folder / flavour / "*" / "setup.py")))
-    return [name for name in names if not list(folder.glob(f"{name}*.so"))]
+    return [name for name in extension_names(flavour) if not list(extensions_dir().glob(f"{name}*.so"))]
 
 
 def cache_key(flavour: str) -> str:
@@ -72,26 +82,61 @@ def build(flavour: str) -> None:
             shutil.copy2(lib, folder / lib.name)
         print(f"[extensions] {flavour}: restored from {cached}")
         return
-    env = dict(
-        os.environ, ORTMODULE_TORCH_CPP_DIR=str(folder), MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count()))
-    )
-    with tempfile.TemporaryDirectory(prefix="ort_zero_ext_") as scratch:
-        for name in missing_extensions(flavour):
-            source = folder / flavour / name
-            work = Path(scratch) / name
-            shutil.copytree(source, work)
-            print(f"[extensions] building {flavour}/{name} (a few minutes on 2 cores)", flush=True)
-            result = subprocess.run([sys.executable, "setup.py", "build"], cwd=work, env=env)
-            if result.returncode != 0:
-                raise RuntimeError(
-                    f"building ORTModule's {flavour}/{name} extension failed (compiler output above). "
-                    "Check that g++ works and that torch==2.6.0 is installed."
-                )
-            for lib in work.glob("build/lib.*/*.so"):
-                shutil.copy2(lib, folder / lib.name)
+    for name in missing_extensions(flavour):
+        compile_extension(flavour, name, folder)
     cached.mkdir(parents=True, exist_ok=True)
     for lib in built_libraries(flavour):
         shutil.copy2(lib, cached / lib.name)
+
+
+def compile_extension(flavour: str, name: str, destination: Path) -> Path:
+    """Compile one extension in a scratch copy of its sources; its library lands in `destination`."""
+    env = dict(
+        os.environ,
+        ORTMODULE_TORCH_CPP_DIR=str(extensions_dir()),
+        MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count())),
+        ONNXRUNTIME_ROCM_VERSION="",  # torch_gpu_allocator's setup.py reads it: empty means CUDA
+    )
+    with tempfile.TemporaryDirectory(prefix="ort_zero_ext_") as scratch:
+        work = Path(scratch) / name
+        shutil.copytree(extensions_dir() / flavour / name, work)
+        if flavour == "cuda":
+            env["CUDA_HOME"] = str(assemble_cuda_home(Path(scratch) / "cuda_home"))
+        print(f"[extensions] building {flavour}/{name} (a few minutes on 2 cores)", flush=True)
+        result = subprocess.run([sys.executable, "setup.py", "build"], cwd=work, env=env)
+        built = list(work.glob("build/lib.*/*.so"))
+        if result.returncode != 0 or not built:
+            raise RuntimeError(
+                f"building ORTModule's {flavour}/{name} extension failed (compiler output above). "
+                "Check that g++ works and that torch==2.6.0 is installed."
+            )
+        destination.mkdir(parents=True, exist_ok=True)
+        for lib in built:
+            shutil.copy2(lib, destination / lib.name)
+    return destination / built[0].name
+
+
+def assemble_cuda_home(home: Path) -> Path:
+    """A CUDA_HOME for g++ only: the CUDA 12 headers torch's own dependencies carry and a `libcudart.so` to link.
+
+    torch's build helper takes include/ and lib64/ from CUDA_HOME and calls nvcc only for .cu sources. The
+    nvidia-*-cu12 wheels bring most headers; `crt/` (which cuda_runtime_api.h includes) only comes with triton's
+    bundled copy of the same CUDA release, so triton's fills what the wheels lack."""
+    import nvidia.cuda_runtime
+    import triton
+
+    nvidia_root = Path(list(nvidia.cuda_runtime.__path__)[0]).parent
+    sources = [*sorted(nvidia_root.glob("*/include")), Path(triton.__file__).parent / "backends/nvidia/include"]
+    include, lib64 = home / "include", home / "lib64"
+    for source in sources:
+        for header in sorted(p for p in source.rglob("*") if p.is_file() and "__" not in str(p.relative_to(source))):
+            link = include / header.relative_to(source)
+            if not link.exists():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(header)
+    lib64.mkdir(parents=True)
+    (lib64 / "libcudart.so").symlink_to(next(nvidia_root.glob("cuda_runtime/lib/libcudart.so.*")))
+    return home
 
 
 def ensure() -> None:

@@ -3,7 +3,8 @@
 The precision settings are those of ds_configs/zero3_gpu_bf16.json and zero3_gpu_fp16.json (fp16 with dynamic loss
 scaling). Tolerance: ORT and PyTorch round the same half-precision math through different kernels, so the curves
 cannot agree to float32 precision; per step they must stay within 2% of native's loss (bf16 keeps 8 mantissa bits,
-a relative step of 0.4%, and 20 Adam steps compound it), and both runs must learn.
+a relative step of 0.4%, and 20 Adam steps compound it), both runs must learn, and every rank's ORT session must run
+on the CUDA provider. Written for GPU hosts and never run: no GPU was available (README, "GPU hosts").
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def test_ort_half_precision_follows_native_on_gpu(tmp_path: Path, precision: str
     native = train(tmp_path / "native", "native", "base", "--precision", precision, **options)
     ort = train(tmp_path / "ort", "ort", "base", "--precision", precision, **options)
     assert_ran_in_ort(ort)
+    for rank, evidence in enumerate(ort["ranks"]):  # not ORT's silent fall back to its CPU provider
+        assert evidence["providers"][0] == "CUDAExecutionProvider", f"rank {rank}: {evidence['providers']}"
     for step, (expected, got) in enumerate(zip(native["losses"], ort["losses"], strict=True)):
         assert got == pytest.approx(expected, rel=2e-2), f"step {step}: ORT {got} vs native {expected}"
     for result in (native, ort):

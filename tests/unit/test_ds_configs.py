@@ -62,7 +62,18 @@ def test_the_variants_are_what_their_names_say() -> None:
     offload = parsed["zero3_offload_cpu"].zero_config
     assert offload.offload_param.device == "cpu" and offload.offload_optimizer.device == "cpu"
     assert parsed["zero3_grad_accum"].gradient_accumulation_steps == 2
+    gpu_offload = parsed["zero3_gpu_bf16_offload"]
+    assert gpu_offload.bfloat16_config.enabled and gpu_offload.zero_config.offload_optimizer.device == "cpu"
     for name in ("zero3_cpu_fp32", "zero3_offload_cpu", "zero3_grad_accum", "zero2_cpu_fp32"):
         assert not parsed[name].bfloat16_config.enabled and not parsed[name].float16_config.enabled
         # torch.optim.Adam: DeepSpeed's FusedAdam/CPUAdam would be compiled on first use, which a CPU box may not do.
         assert parsed[name].optimizer_params["torch_adam"] is True
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_no_file_selects_a_compiled_adam(path: Path) -> None:
+    """DeepSpeed's "Adam"/"AdamW" is FusedAdam on CUDA (JIT-built with nvcc, which no CUDA 12 wheel on PyPI has) and
+    DeepSpeedCPUAdam under offload: every file, the GPU ones included, asks for torch's Adam instead."""
+    config = DeepSpeedConfig(str(path))
+    assert config.optimizer_name in ("adam", "adamw")
+    assert config.optimizer_params.get("torch_adam") is True

@@ -138,6 +138,7 @@ def main() -> None:
 
         record = ort_run_record(engine.module)
         result["ort_session"] = record["training"]["session"]
+        result["providers"] = record["training"]["providers"]
         result["python_ops"] = record["training"]["python_ops"]
         result["backward_reads_of_forward_gathers"] = record["training"]["backward_reads_of_forward_gathers"]
         result["inference_session"] = record["inference"]["session"]

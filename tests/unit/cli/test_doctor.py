@@ -12,6 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from ort_zero.cli import doctor, main
+from ort_zero.ort import cuda_libraries
 
 
 def test_only_the_chosen_subcommand_is_imported() -> None:
@@ -42,6 +43,7 @@ def stub_probes(monkeypatch: pytest.MonkeyPatch, **overrides: object) -> None:
     """Replace the slow probes (they import torch, ORT, DeepSpeed) with canned lines unless overridden."""
     for name in ("torch_line", "ort_line", "deepspeed_line", "onnx_line", "mpi_line"):
         monkeypatch.setattr(doctor, name, overrides.get(name, lambda report, pins, n=name: f"fine ({n})"))
+    monkeypatch.setattr(doctor, "cuda_lines", overrides.get("cuda_lines", lambda report: "fine (cuda_lines)"))
 
 
 def test_a_failing_probe_is_printed_and_the_rest_still_run(
@@ -100,8 +102,27 @@ def test_console_script_on_this_machine() -> None:
     script = Path(sys.executable).parent / "ort-zero"
     result = subprocess.run([str(script), "doctor"], capture_output=True, text=True, timeout=300)
     labels = [line.split(":")[0] for line in result.stdout.splitlines() if line and not line.startswith(" ")]
-    for label in ("python", "torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "ort_zero patches"):
+    for label in ("python", "torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "ort_zero patches", "cuda"):
         assert label in labels, result.stdout
     assert "extensions built and load" in result.stdout, result.stdout
     assert result.stdout.splitlines()[-1] == "verdict:              supported", result.stdout + result.stderr
     assert result.returncode == 0
+
+
+def test_cuda_side_names_a_missing_library_and_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked for (ORT_ZERO_CUDA=1) with nothing installed: every missing library is a problem with its command."""
+    monkeypatch.setenv("ORT_ZERO_CUDA", "1")
+    monkeypatch.setenv("ORT_ZERO_CUDA_HOME", str(tmp_path))
+    report = doctor.Report()
+    lines = doctor.cuda_lines(report)
+    assert "libonnxruntime_providers_cuda.so needs libcudnn.so.8: NOT FOUND" in lines
+    assert any("libcudnn.so.8 (needed by libonnxruntime_providers_cuda.so)" in p for p in report.problems)
+    assert all("'ORT_ZERO_CUDA=1 launch/bootstrap.sh'" in p for p in report.problems)
+
+
+def test_cuda_side_without_a_driver_checks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORT_ZERO_CUDA", raising=False)
+    monkeypatch.setattr(cuda_libraries, "driver_present", lambda: False)
+    report = doctor.Report()
+    assert doctor.cuda_lines(report)[0].startswith("no NVIDIA driver (libcuda.so.1 not found)")
+    assert report.problems == []

@@ -33,20 +33,30 @@ class Net(torch.nn.Module):
 def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
     model = ortmodule.ORTModule(Net())
     before = ort_run_record(model)
-    assert before["training"] == {"session": False, "python_ops": [], "backward_reads_of_forward_gathers": []}
+    assert before["training"] == {
+        "session": False,
+        "providers": [],
+        "python_ops": [],
+        "backward_reads_of_forward_gathers": [],
+    }
 
     model(torch.randn(2, 4)).backward()
     record = ort_run_record(model)
     assert record["training"] == {
         "session": True,
+        "providers": ["CPUExecutionProvider"],
         "python_ops": [qualified_name(Double)],
         "backward_reads_of_forward_gathers": [],
     }
-    assert record["inference"] == {"session": False, "python_ops": []}
+    assert record["inference"] == {"session": False, "providers": [], "python_ops": []}
 
     with torch.no_grad():
         model(torch.randn(2, 4))
-    assert ort_run_record(model)["inference"] == {"session": True, "python_ops": [qualified_name(Double)]}
+    assert ort_run_record(model)["inference"] == {
+        "session": True,
+        "providers": ["CPUExecutionProvider"],
+        "python_ops": [qualified_name(Double)],
+    }
 
 
 def test_a_plain_module_is_refused() -> None:
