@@ -104,7 +104,8 @@ def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
     if report.kept:
         logger.warning(
             "ort_zero: %d backward reads of ZeRO-3 parameters keep the forward's gathered copies alive until the "
-            "backward (no module's backward precedes them): %s",
+            "backward (no module's backward precedes them): %s. Register each parameter with the module that "
+            "uses it: deepspeed.zero.register_external_parameter(module, param)",
             len(report.kept),
             ", ".join(report.kept[:5]),
         )

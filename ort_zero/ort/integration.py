@@ -68,9 +68,10 @@ def graph_optimizers(original: Any) -> Any:
         report = regather_for_backward(graph)
         if report.regathers:
             logger.info(
-                "ort_zero: backward re-gathers for %d modules (%d reads rewired)",
+                "ort_zero: backward re-gathers for %d modules (%d reads rewired; external parameters registered: %s)",
                 report.regathers,
                 report.rewired_reads,
+                ", ".join(report.registered) or "none",
             )
 
     return classmethod(optimize_all)
