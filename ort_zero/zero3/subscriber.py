@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import torch
+from deepspeed.runtime.zero.utils import is_zero_param
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
@@ -58,23 +59,25 @@ class ZeROOffloadSubscriber(SubscriberBase):
             if is_exporting():
                 _warn_not_in_graph(module, "gather")
             else:
+                module_state.grads_remaining = 0  # counted afresh at every forward (see PreForwardBridge)
                 module_state.offload.pre_sub_module_forward_function(module)
             return args, kwargs
         outputs = PreForwardBridge.apply(module_state.key, len(flat.tensors), *flat.tensors, *params)
-        return flat.rebuild(outputs[: len(flat.tensors)])
+        return flat.rebuild(_keep_param_aliases(flat.tensors, outputs[: len(flat.tensors)]))
 
     def post_forward_module(self, run_context: RunContext, module: torch.nn.Module, args: tuple, outputs: Any) -> Any:
         module_state = self.states.get(module)
         if module_state is None:
             return outputs
         flat = flatten(outputs)
+        module_state.returned_params = [p for p in map(_zero3_param_behind, flat.tensors) if p is not None]
         if not flat.tensors:
             if is_exporting():
                 _warn_not_in_graph(module, "release")
             else:
                 release_after_forward(module_state)
             return outputs
-        return flat.rebuild(PostForwardBridge.apply(module_state.key, *flat.tensors))
+        return flat.rebuild(_keep_param_aliases(flat.tensors, PostForwardBridge.apply(module_state.key, *flat.tensors)))
 
 
 def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
@@ -91,6 +94,22 @@ def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
 
     visit(root)
     return list(found)
+
+
+def _zero3_param_behind(tensor: torch.Tensor) -> torch.nn.Parameter | None:
+    """The ZeRO-3 parameter a module output is, or stands for after an earlier module boundary."""
+    if is_zero_param(tensor):
+        return tensor
+    return getattr(tensor, "ds_param_alias", None)
+
+
+def _keep_param_aliases(inputs: tuple[torch.Tensor, ...], outputs: tuple[torch.Tensor, ...]) -> tuple:
+    """A bridge hands back new tensors; where one stands for a ZeRO-3 parameter it says which (`ds_param_alias`,
+    as DeepSpeed's hooks mark it), so later code can still find the parameter, its status and its owner."""
+    for source, output in zip(inputs, outputs, strict=True):
+        if is_zero_param(source):
+            output.ds_param_alias = source
+    return outputs
 
 
 def _warn_not_in_graph(module: torch.nn.Module, what: str) -> None:
