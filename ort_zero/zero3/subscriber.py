@@ -70,7 +70,15 @@ class ZeROOffloadSubscriber(SubscriberBase):
         if module_state is None:
             return outputs
         flat = flatten(outputs)
-        module_state.returned_params = [p for p in map(_zero3_param_behind, flat.tensors) if p is not None]
+        returned = [p for p in map(_zero3_param_behind, flat.tensors) if p is not None]
+        previous = list(map(id, module_state.returned_params))
+        if is_exporting() and previous and previous != list(map(id, returned)):
+            logger.warning(
+                "ort_zero: %s returns other ZeRO-3 parameters than when it was first exported; inside ONNX Runtime "
+                "the parameters of its last call are handed to the enclosing module",
+                type(module).__name__,
+            )
+        module_state.returned_params = returned
         if not flat.tensors:
             if is_exporting():
                 _warn_not_in_graph(module, "release")
