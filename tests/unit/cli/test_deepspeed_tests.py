@@ -13,7 +13,9 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
   <testcase classname="unit.v1.zero.test_a.TestA" name="test_param[True]">
     <failure message="AttributeError: 'Tensor' object has no attribute 'ds_param_alias'&#10;more">trace</failure>
   </testcase>
-  <testcase classname="unit.v1.zero.test_a.TestA" name="test_later"><skipped type="pytest.xfail" message="x" /></testcase>
+  <testcase classname="unit.v1.zero.test_a.TestA" name="test_later">
+    <skipped type="pytest.xfail" message="x" />
+  </testcase>
   <testcase classname="unit.runtime.zero.test_b" name="test_module_level"><skipped message="needs 2 GPUs" /></testcase>
   <testcase classname="unit.other.test_c" name="test_not_chosen" />
 </testsuite></testsuites>
