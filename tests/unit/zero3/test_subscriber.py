@@ -1,15 +1,20 @@
-"""ZeROOffloadSubscriber on a module that returns its own parameter, with the fake offload of conftest.py.
+"""ZeROOffloadSubscriber with the fake offload of conftest.py: returned parameters, checkpoints while exporting.
 
-DeepSpeed's post-forward hands such a parameter to the enclosing module as an external parameter and gathers it;
-the tensor that leaves each module boundary says which parameter it stands for (`ds_param_alias`).
+DeepSpeed's post-forward hands a parameter a module returns to the enclosing module as an external parameter and
+gathers it; the tensor that leaves each module boundary says which parameter it stands for (`ds_param_alias`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ort_zero.hooks import exporting
 
 
 class ReturnsBias(nn.Linear):
@@ -61,3 +66,28 @@ def test_returned_parameter_moves_to_the_module_that_uses_it(subscribe: Callable
     model(x)
     assert gathers == [bias, bias], "a parameter the running outer module owns is not handed over again"
     assert list(model._external_params.values()) == [bias]
+
+
+class Checkpointed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.inner, x, use_reentrant=False)
+
+
+@pytest.mark.parametrize("use_checkpoint", [True, False])
+def test_export_inside_a_checkpoint_warns_that_ort_will_not_recompute(
+    subscribe: Callable, deepspeed_init: Callable, caplog: pytest.LogCaptureFixture, use_checkpoint: bool
+) -> None:
+    """ONNX Runtime runs a checkpointed region once and keeps its activations: said while exporting, once."""
+    model = Checkpointed() if use_checkpoint else nn.Sequential(nn.Linear(2, 2))
+    deepspeed_init(model)
+    subscribe(model)
+    with exporting(), caplog.at_level(logging.WARNING, logger="ort_zero.zero3.subscriber"):
+        model(torch.randn(3, 2, requires_grad=True))
+        model(torch.randn(3, 2, requires_grad=True))
+    warnings = [r.getMessage() for r in caplog.records if "torch.utils.checkpoint" in r.getMessage()]
+    assert len(warnings) == (1 if use_checkpoint else 0)
+    assert all(w.startswith("ort_zero: Linear runs inside torch.utils.checkpoint") for w in warnings)
