@@ -16,11 +16,12 @@ COMMANDS = {
     "doctor": "check the installed stack (versions, ORTModule extensions, DeepSpeed accelerator, MPI)",
     "compare": "compare a PyTorch run with an ORT run (losses, activations)",
     "converge": "train the same job in PyTorch and in ORT and check the loss curves agree",
+    "deepspeed-tests": "run DeepSpeed's own unit tests natively and with ort_zero's hooks; print what differs",
 }
 
 
 def load(command: str) -> ModuleType:
-    return importlib.import_module(f"ort_zero.cli.{command}")
+    return importlib.import_module(f"ort_zero.cli.{command.replace('-', '_')}")
 
 
 def build_parser(chosen: str | None) -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from deepspeed.runtime.zero import parameter_offload
+from deepspeed.runtime.zero.partition_parameters import register_external_parameter, unregister_external_parameter
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import is_exporting, passthrough
@@ -55,8 +56,9 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
         passthrough.remember_inputs(ctx, tensors[:input_count], skip=2)
         if not is_exporting():
-            if ctx.counted:
-                module_state.grads_remaining += 1
+            # Counted afresh at every forward, as DeepSpeed does: a checkpoint's recompute forward (whose graph no
+            # backward runs) or a forward whose backward was cut short must not leave a count nothing takes away.
+            module_state.grads_remaining = 1 if ctx.counted else 0
             module_state.offload.pre_sub_module_forward_function(module_state.module)
         outputs = passthrough.detached(tensors[:input_count])
         if ctx.placeholders:
@@ -164,9 +166,26 @@ class BackwardParamsBridge(torch.autograd.Function):
 
 
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:
-    """DeepSpeed's post-forward: leave the module on the forward stack, then release its parameters."""
+    """DeepSpeed's post-forward: leave the module on the forward stack, hand the parameters it returned to the
+    enclosing module, then release its parameters."""
     parameter_offload.FWD_MODULE_STACK.pop()
+    for param in module_state.returned_params:
+        hand_to_enclosing_module(module_state.module, param)
     module_state.offload.post_sub_module_forward_function(module_state.module)
+
+
+def hand_to_enclosing_module(module: torch.nn.Module, param: torch.nn.Parameter) -> None:
+    """A parameter `module` returned is used after `module` ends, as DeepSpeed handles it: unless a module still
+    running has it already, it becomes an external parameter of the innermost one (leaving `module`'s, which the
+    enclosing module now covers) and stays gathered; external parameters are never released after a module."""
+    running = parameter_offload.FWD_MODULE_STACK
+    if any(id(param) in getattr(m, "_external_params", {}) for m in running):
+        return
+    param.is_external_param = True
+    register_external_parameter(running[-1], param)
+    if id(param) in getattr(module, "_external_params", {}):
+        unregister_external_parameter(module, param)
+    param.all_gather()
 
 
 def _run_leaf_reduce_hooks(module: torch.nn.Module) -> None:

@@ -28,6 +28,10 @@ class ModuleState:
     grads_remaining: int = 0
     # Post-forward bridges applied to outputs whose backward has not yet run (one gather each).
     pending_pre_backward: int = 0
+    # ZeRO-3 parameters the module's forward returned (or tensors standing for them, `ds_param_alias`): DeepSpeed
+    # hands them to the enclosing module as external parameters. Set by the subscriber per call; under ORT the
+    # value seen at export stands for every run of the graph.
+    returned_params: list[torch.nn.Parameter] = field(default_factory=list)
     # Parameters handed to ONNX Runtime as bridge outputs; frozen at first export so graph and runtime agree.
     exported_params: list[torch.nn.Parameter] | None = None
 

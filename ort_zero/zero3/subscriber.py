@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+import sys
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
+from deepspeed.runtime.zero.utils import is_zero_param
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
@@ -13,6 +17,7 @@ from . import state as zero3_state
 from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge, release_after_forward
 
 logger = logging.getLogger(__name__)
+_CHECKPOINT_CODE = inspect.unwrap(torch.utils.checkpoint.checkpoint).__code__
 
 
 class ZeROOffloadSubscriber(SubscriberBase):
@@ -29,6 +34,7 @@ class ZeROOffloadSubscriber(SubscriberBase):
         for module in hooked_modules(root):
             self.states[module] = zero3_state.register(module, offload)
         self.root_state = self.states[root]
+        self.warned_checkpoint = False
 
     def close(self) -> None:
         for module_state in self.states.values():
@@ -52,29 +58,47 @@ class ZeROOffloadSubscriber(SubscriberBase):
         if module_state is None:
             return args, kwargs
         flat = flatten((args, kwargs))
+        if is_exporting() and not self.warned_checkpoint and _inside_torch_checkpoint():
+            self.warned_checkpoint = True
+            logger.warning(
+                "ort_zero: %s runs inside torch.utils.checkpoint while being exported: ONNX Runtime computes it "
+                "once and keeps its activations (no recompute, so ZeRO-3 gathers nothing for one); ORT's own "
+                "recompute is ORTMODULE_MEMORY_OPT_LEVEL=1",
+                type(module).__name__,
+            )
         # Only an export passes the parameters: their graph inputs then flow through the bridge for the rewrite.
         params = module_state.bridged_params() if is_exporting() else []
         if not flat.tensors and not params:
             if is_exporting():
                 _warn_not_in_graph(module, "gather")
             else:
+                module_state.grads_remaining = 0  # counted afresh at every forward (see PreForwardBridge)
                 module_state.offload.pre_sub_module_forward_function(module)
             return args, kwargs
         outputs = PreForwardBridge.apply(module_state.key, len(flat.tensors), *flat.tensors, *params)
-        return flat.rebuild(outputs[: len(flat.tensors)])
+        return flat.rebuild(_keep_param_aliases(flat.tensors, outputs[: len(flat.tensors)]))
 
     def post_forward_module(self, run_context: RunContext, module: torch.nn.Module, args: tuple, outputs: Any) -> Any:
         module_state = self.states.get(module)
         if module_state is None:
             return outputs
         flat = flatten(outputs)
+        returned = [p for p in map(_zero3_param_behind, flat.tensors) if p is not None]
+        previous = list(map(id, module_state.returned_params))
+        if is_exporting() and previous and previous != list(map(id, returned)):
+            logger.warning(
+                "ort_zero: %s returns other ZeRO-3 parameters than when it was first exported; inside ONNX Runtime "
+                "the parameters of its last call are handed to the enclosing module",
+                type(module).__name__,
+            )
+        module_state.returned_params = returned
         if not flat.tensors:
             if is_exporting():
                 _warn_not_in_graph(module, "release")
             else:
                 release_after_forward(module_state)
             return outputs
-        return flat.rebuild(PostForwardBridge.apply(module_state.key, *flat.tensors))
+        return flat.rebuild(_keep_param_aliases(flat.tensors, PostForwardBridge.apply(module_state.key, *flat.tensors)))
 
 
 def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
@@ -91,6 +115,32 @@ def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
 
     visit(root)
     return list(found)
+
+
+def _inside_torch_checkpoint() -> bool:
+    """Whether torch.utils.checkpoint is running the current forward (its frame is on the stack)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _CHECKPOINT_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _zero3_param_behind(tensor: torch.Tensor) -> torch.nn.Parameter | None:
+    """The ZeRO-3 parameter a module output is, or stands for after an earlier module boundary."""
+    if is_zero_param(tensor):
+        return tensor
+    return getattr(tensor, "ds_param_alias", None)
+
+
+def _keep_param_aliases(inputs: tuple[torch.Tensor, ...], outputs: tuple[torch.Tensor, ...]) -> tuple:
+    """A bridge hands back new tensors; where one stands for a ZeRO-3 parameter it says which (`ds_param_alias`,
+    as DeepSpeed's hooks mark it), so later code can still find the parameter, its status and its owner."""
+    for source, output in zip(inputs, outputs, strict=True):
+        if is_zero_param(source):
+            output.ds_param_alias = source
+    return outputs
 
 
 def _warn_not_in_graph(module: torch.nn.Module, what: str) -> None:

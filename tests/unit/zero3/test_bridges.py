@@ -70,20 +70,24 @@ def test_step_start_resets_the_coordinator(subscribe: Callable) -> None:
     assert offload.take() == [("reset_step", "")]
 
 
-def test_pre_forward_gathers_then_releases_after_the_last_backward(subscribe: Callable) -> None:
-    """A module used twice: two gathers, and the post-backward release only once both input gradients arrived."""
+def test_pre_forward_counts_afresh_at_every_forward(subscribe: Callable) -> None:
+    """DeepSpeed resets a module's gradient count at each of its forwards, so a forward whose backward never runs (a
+    checkpoint's recompute, a backward cut short) leaves no count behind. A module used twice is therefore released
+    after the backward of its later use, and the earlier use's backward leaves the count at -1, as natively."""
     module_state, offload = registered(subscribe, nn.Linear(2, 2))
     x = torch.randn(2, requires_grad=True)
     (first,) = apply("pre_forward", module_state, x)
     (second,) = apply("pre_forward", module_state, x)
     assert offload.take() == [("fwd_gather", "root"), ("fwd_gather", "root")]
     assert parameter_offload.FWD_MODULE_STACK[-2:] == [module_state.module] * 2
-    assert module_state.grads_remaining == 2
-    first.sum().backward()
-    assert offload.take() == [] and module_state.grads_remaining == 1
+    assert module_state.grads_remaining == 1
     second.sum().backward()
     assert offload.take() == [("bwd_release", "root")] and module_state.grads_remaining == 0
+    first.sum().backward()
+    assert offload.take() == [] and module_state.grads_remaining == -1
     torch.testing.assert_close(x.grad, torch.full((2,), 2.0))
+    apply("pre_forward", module_state, x)
+    assert module_state.grads_remaining == 1, "the next forward did not start the count afresh"
 
 
 def test_pre_forward_without_gradient_inputs_is_not_counted(subscribe: Callable) -> None:
