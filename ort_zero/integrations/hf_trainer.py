@@ -1,0 +1,114 @@
+"""Hugging Face's `Trainer` in ONNX Runtime under DeepSpeed ZeRO-3: `ORTZeroTrainer`, a drop-in replacement.
+
+    from ort_zero.integrations.hf_trainer import ORTZeroTrainer as Trainer  # the one changed line
+
+with `TrainingArguments(deepspeed="ds_configs/zero3_hf_auto.json", ...)` (or `--deepspeed`), under any launcher.
+
+The Trainer keeps the user's model as `trainer.model`: it reads its forward signature (label names, dataset columns,
+loss kwargs), saves it with `save_pretrained` and hands it to accelerate's `prepare`, which calls
+`deepspeed.initialize`. Only what `prepare` receives is wrapped in ORTModule (whose forward is `(*inputs, **kwargs)`
+and tells the Trainer nothing), so DeepSpeed's engine runs the model in ONNX Runtime while everything the Trainer
+reads and saves is the plain model's. What the Trainer offers that cannot run in ORT is refused when the trainer is
+created, with the reason and the way out.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from .. import api
+
+
+class UnsupportedInORT(ValueError):
+    """A Trainer setting that cannot run in ONNX Runtime under ZeRO-3; the message says why and what to do."""
+
+
+def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | None) -> None:
+    """Refuse, before anything starts, what ORTZeroTrainer cannot run; one line per problem, with the way out."""
+    if args is None or args.deepspeed is None:
+        raise UnsupportedInORT(
+            "ORTZeroTrainer trains with DeepSpeed ZeRO-3: pass TrainingArguments(deepspeed=<a ZeRO-3 config>), "
+            "e.g. ds_configs/zero3_hf_auto.json (or --deepspeed on the command line)"
+        )
+    if not args.hf_deepspeed_config.is_zero3():
+        stage = args.hf_deepspeed_config.get_value("zero_optimization.stage", 0)
+        raise UnsupportedInORT(
+            f"ORTZeroTrainer needs ZeRO stage 3, the DeepSpeed config {args.deepspeed!r} asks for stage {stage}; "
+            "use a stage-3 config (ds_configs/zero3_hf_auto.json), or transformers.Trainer for other stages"
+        )
+    if args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False):
+        raise UnsupportedInORT(
+            "gradient checkpointing cannot run in ONNX Runtime under ZeRO-3 yet (ORT's own recompute is not wired "
+            "up to ort_zero's gather/release); set gradient_checkpointing=False, or train this job with "
+            "transformers.Trainer in PyTorch"
+        )
+    if args.torch_compile:
+        raise UnsupportedInORT(
+            "torch_compile=True and ONNX Runtime both compile the model; set torch_compile=False (ORT runs the graph)"
+        )
+    if args.label_smoothing_factor:
+        raise UnsupportedInORT(
+            "label_smoothing_factor is not supported by ORTZeroTrainer: the Trainer smooths labels outside the model "
+            "and cannot see through ORTModule that the model is causal (it would not shift the labels); "
+            "set label_smoothing_factor=0, or train with transformers.Trainer in PyTorch"
+        )
+    if model is not None and hasattr(model, "_torch_module"):
+        raise UnsupportedInORT(
+            "the model is already an ORTModule; pass the plain model: ORTZeroTrainer wraps it when DeepSpeed starts "
+            "(the Trainer must see the model's own forward signature)"
+        )
+
+
+class ORTZeroTrainer(Trainer):
+    """`transformers.Trainer` whose DeepSpeed ZeRO-3 engine runs the model in ONNX Runtime (through ort_zero).
+
+    Training and evaluation run in ORT; `trainer.model` stays the plain model (signature inspection, saving,
+    PEFT checks); `save_model()` writes what `from_pretrained` loads without ORT or DeepSpeed.
+    """
+
+    def __init__(self, model: torch.nn.Module | None = None, args: TrainingArguments | None = None, **kwargs: Any):
+        check_arguments(args, model)
+        api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
+        self.ort_model: torch.nn.Module | None = None
+        super().__init__(model=model, args=args, **kwargs)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """The Trainer's own accelerator, whose `prepare` gets the ORTModule in place of `trainer.model`."""
+        super().create_accelerator_and_postprocess()
+        prepare = self.accelerator.prepare
+
+        def prepare_in_ort(*objects: Any, **kwargs: Any) -> Any:
+            return prepare(*(self._in_ort(o) if o is self.model else o for o in objects), **kwargs)
+
+        self.accelerator.prepare = prepare_in_ort
+
+    def _in_ort(self, model: torch.nn.Module) -> torch.nn.Module:
+        """One ORTModule per model (a second `prepare`, for evaluation before training, reuses it)."""
+        if self.ort_model is None or self.ort_model.module is not model:
+            from onnxruntime.training.ortmodule import ORTModule
+
+            self.ort_model = ORTModule(model)
+        return self.ort_model
+
+    def _wrap_model(self, model: torch.nn.Module, training: bool = True, dataloader: Any = None) -> torch.nn.Module:
+        """Evaluation after training runs the DeepSpeed engine (so ORT), not `trainer.model` in PyTorch."""
+        if not training and model is self.model and self.deepspeed is not None:
+            return self.model_wrapped
+        return super()._wrap_model(model, training, dataloader)
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        """A Python number among the inputs becomes a constant of the exported graph (ORT does not check it again):
+        the token count the Trainer passes with `average_tokens_across_devices` goes in as a tensor."""
+        if isinstance(num_items_in_batch, numbers.Number):
+            num_items_in_batch = torch.tensor(num_items_in_batch, device=self.args.device)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
