@@ -45,9 +45,7 @@ class UsageError(ValueError):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ort_zero.examples.train_hf", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--model-type", default="llama", help="a causal LM type (llama, gpt2, ...)"
-    )
+    parser.add_argument("--model-type", default="llama", help="a causal LM type (llama, gpt2, ...)")
     parser.add_argument("--deepspeed", type=Path, required=True, help="DeepSpeed ZeRO-3 config; 'auto' values allowed")
     parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps in total (a resumed run included)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_hf"))
@@ -74,7 +72,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise UsageError(
             f"--model-type {args.model_type!r} is not a type AutoModelForCausalLM builds "
-            f"(e.g. {', '.join(sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)[:8])}, ...)"
+            "(e.g. llama, gpt2, gpt_neox, mistral, qwen2; all: transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)"
         )
     for name in ("max_steps", "seq_len", "batch_size", "hidden_size", "layers", "heads"):
         if getattr(args, name) <= 0:
@@ -255,19 +253,24 @@ def main(argv: list[str] | None = None) -> int:
             model=model,
             args=training_args,
             train_dataset=CorpusWindows(args.seed, 64 * args.max_steps, args.seq_len, load_corpus()),
-            eval_dataset=CorpusWindows(args.seed + 1, EVAL_WINDOWS, args.seq_len, load_corpus()),
+            eval_dataset=CorpusWindows(eval_seed(args.seed), EVAL_WINDOWS, args.seq_len, load_corpus()),
             callbacks=[step_losses],
         )
     except (UsageError, UnsupportedInORT) as error:
         print(f"train_hf: error (rank {rank}): {error}", file=sys.stderr)
         return 2
     trainer.step_losses = step_losses
+    if rank == 0:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        write_json(
+            args.output_dir / "args.json", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        )
     trainer.train(resume_from_checkpoint=resume)
     eval_loss = trainer.evaluate()["eval_loss"]
     trainer.save_model(str(args.output_dir / "model"))
     if rank == 0:
         record = {"model_type": args.model_type, "ort": args.ort, "lora": args.lora, "world_size": world_size}
-        record.update(eval_loss=eval_loss, steps=trainer.state.global_step)
+        record.update(eval_loss=eval_loss, steps=trainer.state.global_step, **numels(model))
         write_json(args.output_dir / "result.json", record)
         write_json(args.output_dir / "zero_init.json", built)
         if args.ort:
@@ -275,6 +278,20 @@ def main(argv: list[str] | None = None) -> int:
 
             write_json(args.output_dir / "ort.json", ort_run_record(trainer.model_wrapped))
     return 0
+
+
+def eval_seed(seed: int) -> int:
+    """The held-out windows' seed (the training windows use `seed` itself)."""
+    return seed + 1
+
+
+def numels(model: torch.nn.Module) -> dict[str, int]:
+    """Elements of the whole model and of what trains (the adapters alone with --lora)."""
+    params = list(model.parameters())
+    return {
+        "full_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params),
+        "trainable_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params if p.requires_grad),
+    }
 
 
 def resume_point(args: argparse.Namespace) -> str | None:

@@ -14,7 +14,10 @@ created, with the reason and the way out.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import numbers
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -29,16 +32,15 @@ class UnsupportedInORT(ValueError):
 
 def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | None) -> None:
     """Refuse, before anything starts, what ORTZeroTrainer cannot run; one line per problem, with the way out."""
+    if model is not None and hasattr(model, "_torch_module"):
+        raise UnsupportedInORT(
+            "the model is already an ORTModule; pass the plain model: ORTZeroTrainer wraps it when DeepSpeed starts "
+            "(the Trainer must see the model's own forward signature)"
+        )
     if args is None or args.deepspeed is None:
         raise UnsupportedInORT(
             "ORTZeroTrainer trains with DeepSpeed ZeRO-3: pass TrainingArguments(deepspeed=<a ZeRO-3 config>), "
             "e.g. ds_configs/zero3_hf_auto.json (or --deepspeed on the command line)"
-        )
-    if not args.hf_deepspeed_config.is_zero3():
-        stage = args.hf_deepspeed_config.get_value("zero_optimization.stage", 0)
-        raise UnsupportedInORT(
-            f"ORTZeroTrainer needs ZeRO stage 3, the DeepSpeed config {args.deepspeed!r} asks for stage {stage}; "
-            "use a stage-3 config (ds_configs/zero3_hf_auto.json), or transformers.Trainer for other stages"
         )
     if args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False):
         raise UnsupportedInORT(
@@ -56,10 +58,11 @@ def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | Non
             "and cannot see through ORTModule that the model is causal (it would not shift the labels); "
             "set label_smoothing_factor=0, or train with transformers.Trainer in PyTorch"
         )
-    if model is not None and hasattr(model, "_torch_module"):
+    if not args.hf_deepspeed_config.is_zero3():
+        stage = args.hf_deepspeed_config.get_value("zero_optimization.stage", 0)
         raise UnsupportedInORT(
-            "the model is already an ORTModule; pass the plain model: ORTZeroTrainer wraps it when DeepSpeed starts "
-            "(the Trainer must see the model's own forward signature)"
+            f"ORTZeroTrainer needs ZeRO stage 3, the DeepSpeed config {args.deepspeed!r} asks for stage {stage}; "
+            "use a stage-3 config (ds_configs/zero3_hf_auto.json), or transformers.Trainer for other stages"
         )
 
 
@@ -70,11 +73,13 @@ class ORTZeroTrainer(Trainer):
     PEFT checks); `save_model()` writes what `from_pretrained` loads without ORT or DeepSpeed.
     """
 
-    def __init__(self, model: torch.nn.Module | None = None, args: TrainingArguments | None = None, **kwargs: Any):
+    def __init__(
+        self, model: torch.nn.Module | None = None, args: TrainingArguments | None = None, *more: Any, **kwargs: Any
+    ) -> None:
         check_arguments(args, model)
         api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
         self.ort_model: torch.nn.Module | None = None
-        super().__init__(model=model, args=args, **kwargs)
+        super().__init__(model, args, *more, **kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
         """The Trainer's own accelerator, whose `prepare` gets the ORTModule in place of `trainer.model`."""
@@ -91,7 +96,8 @@ class ORTZeroTrainer(Trainer):
         if self.ort_model is None or self.ort_model.module is not model:
             from onnxruntime.training.ortmodule import ORTModule
 
-            self.ort_model = ORTModule(model)
+            with _without_name_collision_warnings():
+                self.ort_model = ORTModule(model)
         return self.ort_model
 
     def _wrap_model(self, model: torch.nn.Module, training: bool = True, dataloader: Any = None) -> torch.nn.Module:
@@ -112,3 +118,21 @@ class ORTZeroTrainer(Trainer):
         if isinstance(num_items_in_batch, numbers.Number):
             num_items_in_batch = torch.tensor(num_items_in_batch, device=self.args.device)
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+@contextlib.contextmanager
+def _without_name_collision_warnings() -> Iterator[None]:
+    """ORTModule warns about every method of the model it also defines: for a PreTrainedModel `to`, `cuda`, `half`,
+    `float` (and zero.Init's `_old_init`), whose calls through ORTModule are what the Trainer expects anyway."""
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    ort_logger = logging.getLogger(f"orttraining.rank-{rank}" if world > 1 else "orttraining")  # ORT's naming
+
+    def not_a_collision(record: logging.LogRecord) -> bool:
+        return "collides with ORTModule's attribute name" not in record.getMessage()
+
+    ort_logger.addFilter(not_a_collision)
+    try:
+        yield
+    finally:
+        ort_logger.removeFilter(not_a_collision)

@@ -1,0 +1,75 @@
+"""ORTZeroTrainer refuses what cannot run in ONNX Runtime under ZeRO-3 before anything starts: one line that says
+why and the way out. (Training itself: tests/distributed/test_train_hf.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import TrainingArguments
+from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+from ort_zero.integrations.hf_trainer import ORTZeroTrainer, UnsupportedInORT, check_arguments
+
+
+def zero3_arguments(tmp_path: Path, stage: int = 3, **options: Any) -> TrainingArguments:
+    """TrainingArguments as with a DeepSpeed config, without starting a process group (which deepspeed=... does)."""
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], **options)
+    config = {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": 1}
+    args.deepspeed = f"zero{stage}.json"
+    args.hf_deepspeed_config = HfTrainerDeepSpeedConfig(config)
+    return args
+
+
+def refusal(args: TrainingArguments | None, model: torch.nn.Module | None = None) -> str:
+    with pytest.raises(UnsupportedInORT) as caught:
+        check_arguments(args, model)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_zero3_arguments_pass(tmp_path: Path) -> None:
+    check_arguments(zero3_arguments(tmp_path), torch.nn.Linear(2, 2))
+
+
+def test_no_deepspeed_config(tmp_path: Path) -> None:
+    for args in (None, TrainingArguments(output_dir=str(tmp_path), report_to=[])):
+        assert "pass TrainingArguments(deepspeed=" in refusal(args)
+
+
+def test_zero_stage_other_than_3(tmp_path: Path) -> None:
+    message = refusal(zero3_arguments(tmp_path, stage=2))
+    assert "needs ZeRO stage 3" in message and "asks for stage 2" in message and "transformers.Trainer" in message
+
+
+def test_gradient_checkpointing_in_arguments_or_on_the_model(tmp_path: Path) -> None:
+    message = refusal(zero3_arguments(tmp_path, gradient_checkpointing=True))
+    assert "gradient checkpointing cannot run in ONNX Runtime" in message and "gradient_checkpointing=False" in message
+    model = torch.nn.Linear(2, 2)
+    model.is_gradient_checkpointing = True  # what PreTrainedModel.gradient_checkpointing_enable() leaves
+    assert "gradient checkpointing" in refusal(zero3_arguments(tmp_path), model)
+
+
+def test_torch_compile(tmp_path: Path) -> None:
+    assert "set torch_compile=False" in refusal(zero3_arguments(tmp_path, torch_compile=True))
+
+
+def test_label_smoothing(tmp_path: Path) -> None:
+    message = refusal(zero3_arguments(tmp_path, label_smoothing_factor=0.1))
+    assert "would not shift the labels" in message and "label_smoothing_factor=0" in message
+
+
+def test_model_already_in_ortmodule(tmp_path: Path) -> None:
+    from onnxruntime.training.ortmodule import ORTModule
+
+    message = refusal(zero3_arguments(tmp_path), ORTModule(torch.nn.Linear(2, 2)))
+    assert "already an ORTModule; pass the plain model" in message
+
+
+def test_the_trainer_refuses_when_created(tmp_path: Path) -> None:
+    """Before the Trainer builds anything (no accelerator, no DeepSpeed)."""
+    with pytest.raises(UnsupportedInORT, match="gradient checkpointing"):
+        ORTZeroTrainer(model=torch.nn.Linear(2, 2), args=zero3_arguments(tmp_path, gradient_checkpointing=True))
