@@ -3,15 +3,23 @@ why and the way out. (Training itself: tests/distributed/test_train_hf.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from transformers import TrainingArguments
-from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
 from ort_zero.integrations.hf_trainer import ORTZeroTrainer, UnsupportedInORT, check_arguments
+
+
+@pytest.fixture(autouse=True)
+def no_deepspeed_config_left() -> Iterator[None]:
+    """A DeepSpeed config made here must not make later tests build Hugging Face models under zero.Init."""
+    yield
+    unset_hf_deepspeed_config()
 
 
 def zero3_arguments(tmp_path: Path, stage: int = 3, **options: Any) -> TrainingArguments:
