@@ -86,8 +86,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 def model_config(args: argparse.Namespace) -> Any:
     """`AutoConfig.for_model` at a small size. Each type names its sizes in its own way; every name below that the
-    type's config knows (directly or through its attribute_map) is set. Dropout is off: ORT and PyTorch draw
-    different masks, and the two runs are compared step by step."""
+    type's config knows (directly or through its attribute_map) and does not derive from others is set. Dropout is
+    off: ORT and PyTorch draw different masks, and the two runs are compared step by step."""
     from transformers import AutoConfig
 
     config = AutoConfig.for_model(args.model_type)
@@ -109,7 +109,8 @@ def model_config(args: argparse.Namespace) -> Any:
         "eos_token_id": 2,
     }
     for name, value in sizes.items():
-        if hasattr(config, name):
+        derived = getattr(type(config), name, None)  # e.g. Falcon's head_dim: a property without a setter
+        if hasattr(config, name) and not (isinstance(derived, property) and derived.fset is None):
             setattr(config, name, value)
     for name, value in config.to_dict().items():
         if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
@@ -270,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer.save_model(str(args.output_dir / "model"))
     if rank == 0:
         record = {"model_type": args.model_type, "ort": args.ort, "lora": args.lora, "world_size": world_size}
-        record.update(eval_loss=eval_loss, steps=trainer.state.global_step, **numels(model))
+        record.update(eval_loss=eval_loss, eval_seed=eval_seed(args.seed), eval_windows=EVAL_WINDOWS)
+        record.update(steps=trainer.state.global_step, **numels(model))
         write_json(args.output_dir / "result.json", record)
         write_json(args.output_dir / "zero_init.json", built)
         if args.ort:

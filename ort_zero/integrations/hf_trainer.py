@@ -106,6 +106,17 @@ class ORTZeroTrainer(Trainer):
             return self.model_wrapped
         return super()._wrap_model(model, training, dataloader)
 
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Resuming: transformers 4.46 saves NumPy's RNG state in `rng_state_<rank>.pth` and loads it with
+        torch.load's default, which torch 2.6 (the newest torch ORT 1.19.2 runs with) turned to weights_only=True:
+        the NumPy types of that state are refused. They, and nothing more, are allowed here."""
+        import numpy
+
+        multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
+        rng_types = [multiarray._reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]
+        with torch.serialization.safe_globals(rng_types):
+            super()._load_rng_state(checkpoint)
+
     def compute_loss(
         self,
         model: torch.nn.Module,

@@ -125,9 +125,8 @@ import json, sys
 import torch
 from transformers import AutoModelForCausalLM
 from ort_zero.data import CorpusWindows
-from ort_zero.examples.train_hf import EVAL_WINDOWS, eval_seed
 model, info = AutoModelForCausalLM.from_pretrained(sys.argv[1], output_loading_info=True)
-windows = CorpusWindows(eval_seed(int(sys.argv[2])), EVAL_WINDOWS, int(sys.argv[3])).windows
+windows = CorpusWindows(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])).windows  # the held-out windows
 with torch.no_grad():
     loss = model.eval()(input_ids=windows, labels=windows).loss.item()
 loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("deepspeed", "onnxruntime"))
@@ -139,13 +138,14 @@ def test_saved_model_loads_without_ort_or_deepspeed(llama: tuple[Path, Path]) ->
     """trainer.save_model() of the ORT run: plain parameter names, loadable by from_pretrained in a fresh process
     without ORT or DeepSpeed, with the trained model's loss on the held-out windows."""
     ort, _ = llama
-    args = record(ort, "args.json")
-    command = [sys.executable, "-c", LOAD_AND_EVALUATE, str(ort / "model"), str(args["seed"]), str(args["seq_len"])]
+    result, seq_len = record(ort, "result.json"), record(ort, "args.json")["seq_len"]
+    held_out = [str(result["eval_seed"]), str(result["eval_windows"]), str(seq_len)]
+    command = [sys.executable, "-c", LOAD_AND_EVALUATE, str(ort / "model"), *held_out]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, check=True)
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded["loaded"] == [], f"loading imported {loaded['loaded']}"
     assert not any(loaded["info"].values()), loaded["info"]  # no missing, unexpected or mismatched names
-    trained = record(ort, "result.json")["eval_loss"]  # the Trainer's evaluate() in ORT after training
+    trained = result["eval_loss"]  # the Trainer's evaluate() in ORT after training
     assert math.isfinite(trained) and loaded["loss"] == pytest.approx(trained, abs=TOLERANCE)
 
 

@@ -41,7 +41,7 @@ def test_sizes_must_fit(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--hidden-size 30 must be a multiple of --heads 4" in err
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt2", "opt", "gemma", "gptj", "bloom"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "opt", "gemma", "gptj", "bloom", "falcon"])
 def test_model_config_is_small_whatever_the_names(model_type: str) -> None:
     """Each type names its sizes its own way (n_embd, ffn_dim, head_dim, rotary_dim...): all come out small."""
     args = train_hf.parse_args(["--deepspeed", HF_CONFIG, "--model-type", model_type, "--hidden-size", "32"])
