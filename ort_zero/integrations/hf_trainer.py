@@ -78,7 +78,6 @@ class ORTZeroTrainer(Trainer):
     ) -> None:
         check_arguments(args, model)
         api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
-        self.ort_model: torch.nn.Module | None = None
         super().__init__(model, args, *more, **kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
@@ -91,14 +90,12 @@ class ORTZeroTrainer(Trainer):
 
         self.accelerator.prepare = prepare_in_ort
 
-    def _in_ort(self, model: torch.nn.Module) -> torch.nn.Module:
-        """One ORTModule per model (a second `prepare`, for evaluation before training, reuses it)."""
-        if self.ort_model is None or self.ort_model.module is not model:
-            from onnxruntime.training.ortmodule import ORTModule
+    @staticmethod
+    def _in_ort(model: torch.nn.Module) -> torch.nn.Module:
+        from onnxruntime.training.ortmodule import ORTModule
 
-            with _without_name_collision_warnings():
-                self.ort_model = ORTModule(model)
-        return self.ort_model
+        with _without_name_collision_warnings():
+            return ORTModule(model)
 
     def _wrap_model(self, model: torch.nn.Module, training: bool = True, dataloader: Any = None) -> torch.nn.Module:
         """Evaluation after training runs the DeepSpeed engine (so ORT), not `trainer.model` in PyTorch."""

@@ -81,3 +81,20 @@ def test_the_trainer_refuses_when_created(tmp_path: Path) -> None:
     """Before the Trainer builds anything (no accelerator, no DeepSpeed)."""
     with pytest.raises(UnsupportedInORT, match="gradient checkpointing"):
         ORTZeroTrainer(model=torch.nn.Linear(2, 2), args=zero3_arguments(tmp_path, gradient_checkpointing=True))
+
+
+def test_a_token_count_given_as_a_number_reaches_the_model_as_a_tensor(tmp_path: Path) -> None:
+    """With average_tokens_across_devices the Trainer passes num_items_in_batch as a Python number, which ORT would
+    freeze into the exported graph; ORTZeroTrainer hands it over as a tensor."""
+
+    class LossKwargs(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor, **loss_kwargs: Any) -> dict[str, Any]:
+            self.seen = loss_kwargs["num_items_in_batch"]
+            return {"loss": input_ids.float().sum() / self.seen}
+
+    trainer = ORTZeroTrainer.__new__(ORTZeroTrainer)  # compute_loss alone: no accelerator, no DeepSpeed
+    trainer.args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    trainer.label_smoother, trainer.compute_loss_func, trainer.model_accepts_loss_kwargs = None, None, True
+    model = LossKwargs()
+    loss = trainer.compute_loss(model, {"input_ids": torch.ones(2, 3)}, num_items_in_batch=4)
+    assert isinstance(model.seen, torch.Tensor) and model.seen.item() == 4 and loss.item() == 1.5
