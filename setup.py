@@ -15,6 +15,12 @@ STACK = [
     "tqdm",
     "matplotlib",
 ]
+# Hugging Face Trainer integration (ort_zero.integrations.hf_trainer, examples/train_hf.py) and its tests.
+HUGGING_FACE = [
+    "transformers==4.46.3",
+    "accelerate==1.1.1",  # the Trainer's engine room; the release of transformers 4.46's month (it checks for 1.1)
+    "peft==0.13.2",  # LoRA: the release of transformers 4.46's time; why not newer: README "Hugging Face Trainer"
+]
 
 setup(
     name="ort_zero",
@@ -26,8 +32,9 @@ setup(
     packages=find_packages(include=["ort_zero", "ort_zero.*"]),
     install_requires=STACK,
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout", "transformers==4.46.3", "psutil"],
-        "dev": ["pytest>=8", "pytest-timeout", "transformers==4.46.3", "psutil", "ruff==0.17.6"],
+        "hf": HUGGING_FACE,
+        "test": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, "psutil"],
+        "dev": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, "psutil", "ruff==0.17.6"],
     },
     entry_points={"console_scripts": ["ort-zero=ort_zero.cli.main:main"]},
 )

@@ -80,3 +80,25 @@ def sample_batch(
     mine = offsets[rank * micro_batch : (rank + 1) * micro_batch]
     windows = corpus[mine.unsqueeze(1) + torch.arange(seq_len + 1)].long()
     return {"input_ids": windows[:, :-1], "labels": windows[:, 1:]}
+
+
+class CorpusWindows(torch.utils.data.Dataset):
+    """`count` byte windows of `seq_len` at offsets drawn from `seed`, as items for a causal LM that shifts its own
+    labels (Hugging Face models): {"input_ids", "labels"}, the same int64 window. A pure function of its arguments,
+    so two runs, and a fresh process checking a saved model, see the same items."""
+
+    def __init__(self, seed: int, count: int, seq_len: int, corpus: torch.Tensor | None = None) -> None:
+        if count <= 0 or seq_len <= 0:
+            raise ValueError(f"count and seq_len must be positive, got {count} and {seq_len}")
+        corpus = load_corpus() if corpus is None else corpus
+        if corpus.numel() < seq_len:
+            raise ValueError(f"corpus of {corpus.numel()} bytes is shorter than a window of {seq_len}")
+        generator = torch.Generator().manual_seed(seed)
+        offsets = torch.randint(0, corpus.numel() - seq_len + 1, (count,), generator=generator)
+        self.windows = corpus[offsets.unsqueeze(1) + torch.arange(seq_len)].long()
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.windows[index], "labels": self.windows[index]}

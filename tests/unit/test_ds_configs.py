@@ -6,7 +6,9 @@ no distributed init is needed here.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from deepspeed.runtime.config import DeepSpeedConfig
@@ -14,16 +16,18 @@ from deepspeed.runtime.config import DeepSpeedConfig
 from ort_zero.examples.config import check_batch, load_and_check, zero_stage
 
 CONFIGS = Path(__file__).resolve().parents[2] / "ds_configs"
-FILES = sorted(CONFIGS.glob("*.json"))
+ALL_FILES = sorted(CONFIGS.glob("*.json"))
+HF_AUTO = [path for path in ALL_FILES if "_hf_" in path.name]  # "auto" values the Hugging Face Trainer fills in
+FILES = [path for path in ALL_FILES if path not in HF_AUTO]
 STAGE3 = [path for path in FILES if path.name.startswith("zero3_")]
 CPU_STAGE3 = [path for path in STAGE3 if "_gpu_" not in path.name]  # GPU configs keep DeepSpeed's usual threshold
 
 
 def test_the_documented_configs_are_all_there() -> None:
-    names = {path.name for path in FILES}
+    names = {path.name for path in ALL_FILES}
     assert {
         "zero3_cpu_fp32.json", "zero3_gpu_bf16.json", "zero3_gpu_fp16.json", "zero3_offload_cpu.json",
-        "zero3_grad_accum.json", "zero2_cpu_fp32.json",
+        "zero3_grad_accum.json", "zero2_cpu_fp32.json", "zero3_hf_auto.json",
     } <= names  # fmt: skip
     readme = (CONFIGS / "README.md").read_text()
     assert all(name in readme for name in names), "a config is missing from ds_configs/README.md"
@@ -77,3 +81,26 @@ def test_no_file_selects_a_compiled_adam(path: Path) -> None:
     config = DeepSpeedConfig(str(path))
     assert config.optimizer_name in ("adam", "adamw")
     assert config.optimizer_params.get("torch_adam") is True
+
+
+@pytest.mark.parametrize("path", HF_AUTO, ids=lambda p: p.name)
+def test_hf_config_once_the_trainer_filled_it_in(path: Path, tmp_path: Path) -> None:
+    """What TrainingArguments and the Trainer make of the "auto" values parses in DeepSpeed: ZeRO-3 from the
+    arguments' batch size, optimizer settings and the model's hidden size, saving full weights for save_model()."""
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=3, learning_rate=0.01, report_to=[])
+    model = SimpleNamespace(config=SimpleNamespace(hidden_size=32))
+    try:
+        hf_config = HfTrainerDeepSpeedConfig(str(path))
+        hf_config.trainer_config_process(args)
+        hf_config.trainer_config_finalize(args, model, num_training_steps=10)
+        assert "auto" not in json.dumps(hf_config.config)
+        config = DeepSpeedConfig(hf_config.config)
+    finally:
+        unset_hf_deepspeed_config()  # or later tests would build Hugging Face models under zero.Init
+    assert config.zero_optimization_stage == 3 and config.train_micro_batch_size_per_gpu == 3
+    assert config.optimizer_params["lr"] == 0.01 and config.optimizer_params["torch_adam"] is True
+    assert config.zero_config.param_persistence_threshold == 10 * 32  # weight matrices of 32 x 32 are partitioned
+    assert config.zero_config.gather_16bit_weights_on_model_save, "save_model() would write no weights"

@@ -1,0 +1,316 @@
+"""Train a small Hugging Face causal LM with the Trainer and DeepSpeed ZeRO-3, in ONNX Runtime or PyTorch.
+
+Any decoder type that `AutoModelForCausalLM.from_config` builds, at a small size, with a byte vocabulary (256) over
+the stdlib corpus (no downloads). The job is an ordinary Trainer script; the one ORT-specific line is the choice of
+`ORTZeroTrainer` (default) or `transformers.Trainer` (--no-ort, the same job in PyTorch). Under any launcher, e.g.:
+
+    DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 -m ort_zero.examples.train_hf --model-type llama \\
+        --deepspeed ds_configs/zero3_hf_auto.json --max-steps 20 --output-dir runs/hf
+
+Rank 0 writes to <output-dir>: `losses.csv` (step, loss averaged over ranks and micro-batches and unrounded, grad
+norm, learning rate, step time), `zero_init.json` (the model was partitioned as it was built), `result.json` (the
+trained model's eval loss), `ort.json` (the ORT sessions and PythonOps that ran; not with --no-ort) and `model/`
+(`trainer.save_model()`: loadable by `from_pretrained` without ORT or DeepSpeed). Checkpoints go to
+<output-dir>/checkpoint-N with --save-steps; --resume continues from the last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback
+
+from ort_zero.data import CorpusWindows, load_corpus
+from ort_zero.distributed import init_distributed
+from ort_zero.examples.config import ConfigError, check_zero_stage, load_config
+from ort_zero.examples.train_gpt import collective_timeout, configure_threads
+
+VOCAB = 256  # bytes
+EVAL_WINDOWS = 16
+LOSS_COLUMNS = ["step", "loss", "grad_norm", "learning_rate", "time_ms"]
+
+
+class UsageError(ValueError):
+    """Arguments that cannot work; reported as one line and exit code 2."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ort_zero.examples.train_hf", description=__doc__.split("\n")[0])
+    parser.add_argument("--model-type", default="llama", help="a causal LM type (llama, gpt2, ...)")
+    parser.add_argument("--deepspeed", type=Path, required=True, help="DeepSpeed ZeRO-3 config; 'auto' values allowed")
+    parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps in total (a resumed run included)")
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/train_hf"))
+    parser.add_argument("--no-ort", dest="ort", action="store_false", help="transformers.Trainer in PyTorch")
+    parser.add_argument("--lora", action="store_true", help="train PEFT LoRA adapters; the base model stays frozen")
+    parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="the Trainer's option (PyTorch only)")
+    parser.add_argument("--seq-len", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=2, help="per rank")
+    parser.add_argument("--hidden-size", type=int, default=32)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--local_rank", type=int, default=None, help="passed by the deepspeed launcher; unused")
+    return parser.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What can be checked before the process group exists."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if args.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise UsageError(
+            f"--model-type {args.model_type!r} is not a type AutoModelForCausalLM builds "
+            "(e.g. llama, gpt2, gpt_neox, mistral, qwen2; all: transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)"
+        )
+    for name in ("max_steps", "seq_len", "batch_size", "hidden_size", "layers", "heads"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.save_steps < 0:
+        raise UsageError(f"--save-steps must be 0 or positive, got {args.save_steps}")
+    if args.hidden_size % args.heads:
+        raise UsageError(f"--hidden-size {args.hidden_size} must be a multiple of --heads {args.heads}")
+    check_zero_stage(load_config(args.deepspeed), ort_zero_enabled=True, path=args.deepspeed)
+
+
+def model_config(args: argparse.Namespace) -> Any:
+    """`AutoConfig.for_model` at a small size. Each type names its sizes in its own way; every name below that the
+    type's config knows (directly or through its attribute_map) and does not derive from others is set. Dropout is
+    off: ORT and PyTorch draw different masks, and the two runs are compared step by step."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(args.model_type)
+    head_dim = args.hidden_size // args.heads
+    sizes = {
+        "vocab_size": VOCAB,
+        "hidden_size": args.hidden_size,
+        "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads,
+        "num_key_value_heads": args.heads,
+        "intermediate_size": 4 * args.hidden_size,
+        "ffn_dim": 4 * args.hidden_size,  # OPT
+        "word_embed_proj_dim": args.hidden_size,  # OPT: otherwise a projection from 768
+        "max_position_embeddings": args.seq_len,
+        "head_dim": head_dim,  # Gemma: otherwise 256
+        "rotary_dim": head_dim,  # GPT-J, CodeGen: otherwise 64
+        "pad_token_id": 0,  # token ids inside the byte vocabulary (padding_idx of some embeddings)
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    for name, value in sizes.items():
+        derived = getattr(type(config), name, None)  # e.g. Falcon's head_dim: a property without a setter
+        if hasattr(config, name) and not (isinstance(derived, property) and derived.fset is None):
+            setattr(config, name, value)
+    for name, value in config.to_dict().items():
+        if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
+            setattr(config, name, 0.0)
+    config.use_cache = False  # training: no key/value cache among the outputs
+    return config
+
+
+def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, int]]:
+    """The model, built after TrainingArguments so that a ZeRO-3 config builds it under deepspeed.zero.Init; with
+    --lora wrapped in PEFT LoRA adapters. Also what its parameters looked like right after construction."""
+    from transformers import AutoModelForCausalLM, set_seed
+
+    set_seed(args.seed)
+    model = AutoModelForCausalLM.from_config(model_config(args), attn_implementation="eager")
+    params = list(model.parameters())
+    built = {
+        "params": len(params),
+        "partitioned": sum(hasattr(p, "ds_id") for p in params),
+        "local_numel": sum(p.numel() for p in params),
+        "full_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params),
+    }
+    if args.lora:
+        from peft import LoraConfig, get_peft_model
+
+        try:
+            model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM"))
+        except ValueError as error:  # peft knows no default target modules for this type
+            raise UsageError(f"--lora with --model-type {args.model_type}: {error}") from None
+    return model, built
+
+
+class StepLosses(TrainerCallback):
+    """`losses.csv` on rank 0: every optimizer step's loss averaged over micro-batches and ranks, unrounded (the
+    Trainer logs it rounded to 4 decimals), with the grad norm and learning rate the Trainer logs. A resumed run
+    keeps the rows before its first step."""
+
+    def __init__(self, path: Path, rank: int) -> None:
+        super().__init__()
+        self.path, self.rank = path, rank
+        self.pending = torch.zeros((), dtype=torch.float64)
+        self.row: dict[str, Any] = {}
+        self.began = 0.0
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.pending += loss.detach().double().cpu()
+
+    # The Trainer calls these on every rank.
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.rank != 0:
+            return
+        rows = []
+        if state.global_step > 0 and self.path.is_file():
+            with self.path.open(newline="") as handle:
+                rows = [row for row in csv.DictReader(handle) if int(row["step"]) < state.global_step]
+        with self.path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, LOSS_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.began = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        dist.all_reduce(self.pending)
+        loss = self.pending.item() / dist.get_world_size()
+        self.pending.zero_()
+        elapsed_ms = (time.perf_counter() - self.began) * 1000.0
+        self.row = {"step": state.global_step - 1, "loss": repr(loss), "time_ms": f"{elapsed_ms:.3f}"}
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.rank != 0 or not logs or "loss" not in logs or not self.row:
+            return  # evaluation and end-of-training summaries
+        row = {**self.row, "grad_norm": logs.get("grad_norm", ""), "learning_rate": logs.get("learning_rate", "")}
+        with self.path.open("a", newline="") as handle:
+            csv.DictWriter(handle, LOSS_COLUMNS).writerow(row)
+        self.row = {}
+
+
+def trainer_class(ort: bool) -> type:
+    """The job's Trainer: ORTZeroTrainer (the one changed line) or transformers.Trainer, recording step losses."""
+    from transformers import Trainer
+
+    from ort_zero.integrations.hf_trainer import ORTZeroTrainer
+
+    base = ORTZeroTrainer if ort else Trainer
+
+    class RecordingTrainer(base):  # type: ignore[misc, valid-type]
+        step_losses: StepLosses
+
+        def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            self.step_losses.add(loss)
+            return loss
+
+    return RecordingTrainer
+
+
+def training_arguments(args: argparse.Namespace) -> Any:
+    """An ordinary TrainingArguments with a DeepSpeed config; "auto" values in the config are filled from these."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(args.output_dir),
+        deepspeed=str(args.deepspeed),
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        adam_epsilon=1e-6,  # see ds_configs/README.md: 1e-8 turns float32 last-bit differences into lr-sized steps
+        logging_steps=1,
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
+        gradient_checkpointing=args.gradient_checkpointing,
+        seed=args.seed,
+        report_to=[],
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        check_args(args)
+        timeout = collective_timeout()
+    except (UsageError, ConfigError, ValueError) as error:
+        print(f"train_hf: error: {error}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")  # an ORT failure must not run PyTorch
+    configure_threads()
+    rank, world_size = init_distributed(timeout)  # before TrainingArguments: gloo on CPU, rank discovery for mpirun
+    from ort_zero.integrations.hf_trainer import UnsupportedInORT
+
+    training_args = training_arguments(args)  # first: a ZeRO-3 config then builds the model under zero.Init
+    try:
+        model, built = build_model(args)
+        resume = resume_point(args)
+        step_losses = StepLosses(args.output_dir / "losses.csv", rank)
+        trainer = trainer_class(args.ort)(
+            model=model,
+            args=training_args,
+            train_dataset=CorpusWindows(args.seed, 64 * args.max_steps, args.seq_len, load_corpus()),
+            eval_dataset=CorpusWindows(eval_seed(args.seed), EVAL_WINDOWS, args.seq_len, load_corpus()),
+            callbacks=[step_losses],
+        )
+    except (UsageError, UnsupportedInORT) as error:
+        print(f"train_hf: error (rank {rank}): {error}", file=sys.stderr)
+        return 2
+    trainer.step_losses = step_losses
+    if rank == 0:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        write_json(
+            args.output_dir / "args.json", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        )
+    trainer.train(resume_from_checkpoint=resume)
+    eval_loss = trainer.evaluate()["eval_loss"]
+    trainer.save_model(str(args.output_dir / "model"))
+    if rank == 0:
+        record = {"model_type": args.model_type, "ort": args.ort, "lora": args.lora, "world_size": world_size}
+        record.update(eval_loss=eval_loss, eval_seed=eval_seed(args.seed), eval_windows=EVAL_WINDOWS)
+        record.update(steps=trainer.state.global_step, **numels(model))
+        write_json(args.output_dir / "result.json", record)
+        write_json(args.output_dir / "zero_init.json", built)
+        if args.ort:
+            from ort_zero.ort.inspection import ort_run_record
+
+            write_json(args.output_dir / "ort.json", ort_run_record(trainer.model_wrapped))
+    return 0
+
+
+def eval_seed(seed: int) -> int:
+    """The held-out windows' seed (the training windows use `seed` itself)."""
+    return seed + 1
+
+
+def numels(model: torch.nn.Module) -> dict[str, int]:
+    """Elements of the whole model and of what trains (the adapters alone with --lora)."""
+    params = list(model.parameters())
+    return {
+        "full_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params),
+        "trainable_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params if p.requires_grad),
+    }
+
+
+def resume_point(args: argparse.Namespace) -> str | None:
+    """The last checkpoint in --output-dir for --resume (None without --resume)."""
+    if not args.resume:
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(args.output_dir)) if args.output_dir.is_dir() else None
+    if last is None:
+        raise UsageError(f"--resume: no checkpoint-N folder in {args.output_dir}")
+    return last
+
+
+def write_json(path: Path, record: dict[str, Any]) -> None:
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Hugging Face's `Trainer` in ONNX Runtime under DeepSpeed ZeRO-3: `ORTZeroTrainer`, a drop-in replacement.
+
+    from ort_zero.integrations.hf_trainer import ORTZeroTrainer as Trainer  # the one changed line
+
+with `TrainingArguments(deepspeed="ds_configs/zero3_hf_auto.json", ...)` (or `--deepspeed`), under any launcher.
+
+The Trainer keeps the user's model as `trainer.model`: it reads its forward signature (label names, dataset columns,
+loss kwargs), saves it with `save_pretrained` and hands it to accelerate's `prepare`, which calls
+`deepspeed.initialize`. Only what `prepare` receives is wrapped in ORTModule (whose forward is `(*inputs, **kwargs)`
+and tells the Trainer nothing), so DeepSpeed's engine runs the model in ONNX Runtime while everything the Trainer
+reads and saves is the plain model's. What the Trainer offers that cannot run in ORT is refused when the trainer is
+created, with the reason and the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import numbers
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from .. import api
+
+
+class UnsupportedInORT(ValueError):
+    """A Trainer setting that cannot run in ONNX Runtime under ZeRO-3; the message says why and what to do."""
+
+
+def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | None) -> None:
+    """Refuse, before anything starts, what ORTZeroTrainer cannot run; one line per problem, with the way out."""
+    if model is not None and hasattr(model, "_torch_module"):
+        raise UnsupportedInORT(
+            "the model is already an ORTModule; pass the plain model: ORTZeroTrainer wraps it when DeepSpeed starts "
+            "(the Trainer must see the model's own forward signature)"
+        )
+    if args is None or args.deepspeed is None:
+        raise UnsupportedInORT(
+            "ORTZeroTrainer trains with DeepSpeed ZeRO-3: pass TrainingArguments(deepspeed=<a ZeRO-3 config>), "
+            "e.g. ds_configs/zero3_hf_auto.json (or --deepspeed on the command line)"
+        )
+    if args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False):
+        raise UnsupportedInORT(
+            "gradient checkpointing cannot run in ONNX Runtime under ZeRO-3 yet (ORT's own recompute is not wired "
+            "up to ort_zero's gather/release); set gradient_checkpointing=False, or train this job with "
+            "transformers.Trainer in PyTorch"
+        )
+    if args.torch_compile:
+        raise UnsupportedInORT(
+            "torch_compile=True and ONNX Runtime both compile the model; set torch_compile=False (ORT runs the graph)"
+        )
+    if args.label_smoothing_factor:
+        raise UnsupportedInORT(
+            "label_smoothing_factor is not supported by ORTZeroTrainer: the Trainer smooths labels outside the model "
+            "and cannot see through ORTModule that the model is causal (it would not shift the labels); "
+            "set label_smoothing_factor=0, or train with transformers.Trainer in PyTorch"
+        )
+    if not args.hf_deepspeed_config.is_zero3():
+        stage = args.hf_deepspeed_config.get_value("zero_optimization.stage", 0)
+        raise UnsupportedInORT(
+            f"ORTZeroTrainer needs ZeRO stage 3, the DeepSpeed config {args.deepspeed!r} asks for stage {stage}; "
+            "use a stage-3 config (ds_configs/zero3_hf_auto.json), or transformers.Trainer for other stages"
+        )
+
+
+class ORTZeroTrainer(Trainer):
+    """`transformers.Trainer` whose DeepSpeed ZeRO-3 engine runs the model in ONNX Runtime (through ort_zero).
+
+    Training and evaluation run in ORT; `trainer.model` stays the plain model (signature inspection, saving,
+    PEFT checks); `save_model()` writes what `from_pretrained` loads without ORT or DeepSpeed.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module | None = None, args: TrainingArguments | None = None, *more: Any, **kwargs: Any
+    ) -> None:
+        check_arguments(args, model)
+        api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
+        super().__init__(model, args, *more, **kwargs)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """The Trainer's own accelerator, whose `prepare` gets the ORTModule in place of `trainer.model`."""
+        super().create_accelerator_and_postprocess()
+        prepare = self.accelerator.prepare
+
+        def prepare_in_ort(*objects: Any, **kwargs: Any) -> Any:
+            return prepare(*(self._in_ort(o) if o is self.model else o for o in objects), **kwargs)
+
+        self.accelerator.prepare = prepare_in_ort
+
+    @staticmethod
+    def _in_ort(model: torch.nn.Module) -> torch.nn.Module:
+        from onnxruntime.training.ortmodule import ORTModule
+
+        with _without_name_collision_warnings():
+            return ORTModule(model)
+
+    def _wrap_model(self, model: torch.nn.Module, training: bool = True, dataloader: Any = None) -> torch.nn.Module:
+        """Evaluation after training runs the DeepSpeed engine (so ORT), not `trainer.model` in PyTorch."""
+        if not training and model is self.model and self.deepspeed is not None:
+            return self.model_wrapped
+        return super()._wrap_model(model, training, dataloader)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Resuming: transformers 4.46 saves NumPy's RNG state in `rng_state_<rank>.pth` and loads it with
+        torch.load's default, which torch 2.6 (the newest torch ORT 1.19.2 runs with) turned to weights_only=True:
+        the NumPy types of that state are refused. They, and nothing more, are allowed here."""
+        import numpy
+
+        multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
+        rng_types = [multiarray._reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]
+        with torch.serialization.safe_globals(rng_types):
+            super()._load_rng_state(checkpoint)
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        """A Python number among the inputs becomes a constant of the exported graph (ORT does not check it again):
+        the token count the Trainer passes with `average_tokens_across_devices` goes in as a tensor."""
+        if isinstance(num_items_in_batch, numbers.Number):
+            num_items_in_batch = torch.tensor(num_items_in_batch, device=self.args.device)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+@contextlib.contextmanager
+def _without_name_collision_warnings() -> Iterator[None]:
+    """ORTModule warns about every method of the model it also defines: for a PreTrainedModel `to`, `cuda`, `half`,
+    `float` (and zero.Init's `_old_init`), whose calls through ORTModule are what the Trainer expects anyway."""
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    ort_logger = logging.getLogger(f"orttraining.rank-{rank}" if world > 1 else "orttraining")  # ORT's naming
+
+    def not_a_collision(record: logging.LogRecord) -> bool:
+        return "collides with ORTModule's attribute name" not in record.getMessage()
+
+    ort_logger.addFilter(not_a_collision)
+    try:
+        yield
+    finally:
+        ort_logger.removeFilter(not_a_collision)

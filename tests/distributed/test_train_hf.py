@@ -1,0 +1,170 @@
+"""The Hugging Face Trainer in ONNX Runtime under ZeRO-3 (ort_zero.examples.train_hf), 2 CPU ranks.
+
+Each job runs twice, with ORTZeroTrainer and with plain transformers.Trainer (--no-ort, native DeepSpeed), under
+the three launchers; the per-step losses agree to 1e-5. Also: the model is partitioned as it is built (zero.Init),
+LoRA trains only its adapters, `save_model()` gives a checkpoint that `from_pretrained` loads in a fresh process
+without ORT or DeepSpeed, and a run resumed from a checkpoint continues the curve.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from launcher import deepspeed_cmd, free_port, mpirun_cmd, run_launcher, torchrun_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINER = ROOT / "ort_zero" / "examples" / "train_hf.py"
+CONFIG = ROOT / "ds_configs" / "zero3_hf_auto.json"
+STEPS = 16
+SAVE_AT = 8
+TOLERANCE = 1e-5
+TIMEOUT = 400
+BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
+LAUNCHERS = {
+    "torchrun": lambda argv: torchrun_cmd(TRAINER, argv, port=free_port()),
+    "deepspeed": lambda argv: deepspeed_cmd(TRAINER, argv, port=free_port()),
+    "mpirun": lambda argv: mpirun_cmd(TRAINER, argv),
+}
+
+
+def train(out: Path, *options: str, launcher: str = "torchrun", check: bool = True) -> subprocess.CompletedProcess:
+    argv = ["--deepspeed", str(CONFIG), "--output-dir", str(out), *options]
+    env = {"MASTER_PORT": str(free_port())} if launcher == "mpirun" else None
+    return run_launcher(LAUNCHERS[launcher](argv), timeout=TIMEOUT, cwd=ROOT, env=env, check=check)
+
+
+def losses(out: Path) -> list[float]:
+    with (out / "losses.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(row["step"]) for row in rows] == list(range(len(rows))), rows
+    return [float(row["loss"]) for row in rows]
+
+
+def record(out: Path, name: str) -> dict:
+    return json.loads((out / name).read_text())
+
+
+def assert_ran_in_ort(out: Path) -> None:
+    """ort.json: the training and the evaluation graph ran in ORT sessions, with ort_zero's ZeRO-3 bridges."""
+    evidence = record(out, "ort.json")
+    for mode in ("training", "inference"):
+        assert evidence[mode]["session"], f"no ORT {mode} session"
+        assert BRIDGES <= set(evidence[mode]["python_ops"]), evidence[mode]
+
+
+def assert_same_curve(reference: list[float], result: list[float]) -> None:
+    assert len(result) == len(reference) == STEPS
+    diffs = [abs(a - b) for a, b in zip(reference, result, strict=True)]
+    assert max(diffs) <= TOLERANCE, f"max |loss diff| {max(diffs):.3g} at step {diffs.index(max(diffs))}"
+    assert reference[-1] < reference[0] - 0.05, f"the PyTorch run did not learn, the test proves nothing: {reference}"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """LLaMA (rotary embeddings, RMSNorm, SwiGLU): ORT under deepspeed's launcher (a checkpoint at SAVE_AT), PyTorch
+    under torchrun."""
+    ort, torch_run = tmp_path_factory.mktemp("llama_ort"), tmp_path_factory.mktemp("llama_torch")
+    common = ["--model-type", "llama", "--max-steps", str(STEPS)]
+    train(ort, *common, "--save-steps", str(SAVE_AT), launcher="deepspeed")
+    train(torch_run, *common, "--no-ort")
+    return ort, torch_run
+
+
+def test_llama_in_ort_follows_pytorch(llama: tuple[Path, Path]) -> None:
+    ort, torch_run = llama
+    assert_ran_in_ort(ort)
+    assert_same_curve(losses(torch_run), losses(ort))
+    assert record(ort, "result.json")["eval_loss"] == pytest.approx(
+        record(torch_run, "result.json")["eval_loss"], abs=TOLERANCE
+    )
+
+
+def test_gpt2_in_ort_follows_pytorch(tmp_path: Path) -> None:
+    """GPT-2 (learned positions, Conv1D, tied embeddings): ORT under mpirun, PyTorch under torchrun."""
+    common = ["--model-type", "gpt2", "--max-steps", str(STEPS)]
+    train(tmp_path / "ort", *common, launcher="mpirun")
+    train(tmp_path / "torch", *common, "--no-ort")
+    assert_ran_in_ort(tmp_path / "ort")
+    assert_same_curve(losses(tmp_path / "torch"), losses(tmp_path / "ort"))
+
+
+def test_model_is_partitioned_as_it_is_built(llama: tuple[Path, Path]) -> None:
+    """TrainingArguments with a ZeRO-3 config make from_config build under deepspeed.zero.Init: no rank ever holds
+    the full model, from the first parameter on."""
+    for out in llama:
+        built = record(out, "zero_init.json")
+        assert built["params"] > 0 and built["partitioned"] == built["params"], built
+        assert built["local_numel"] == 0 and built["full_numel"] > 10_000, built
+
+
+def test_lora_in_ort_follows_pytorch(tmp_path: Path) -> None:
+    """PEFT LoRA on the partitioned LLaMA: only the adapters train, in ORT as in PyTorch; the saved adapter has
+    PEFT's own parameter names."""
+    common = ["--model-type", "llama", "--lora", "--learning-rate", "2e-2", "--max-steps", str(STEPS)]
+    train(tmp_path / "ort", *common)
+    train(tmp_path / "torch", *common, "--no-ort")
+    assert_ran_in_ort(tmp_path / "ort")
+    assert_same_curve(losses(tmp_path / "torch"), losses(tmp_path / "ort"))
+    result = record(tmp_path / "ort", "result.json")
+    assert 0 < result["trainable_numel"] < result["full_numel"] / 10, result
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "ort" / "model" / "adapter_model.safetensors", "pt") as saved:
+        names = list(saved.keys())
+    assert names and all(n.startswith("base_model.model.model.layers.") and "lora_" in n for n in names), names
+
+
+LOAD_AND_EVALUATE = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+from ort_zero.data import CorpusWindows
+model, info = AutoModelForCausalLM.from_pretrained(sys.argv[1], output_loading_info=True)
+windows = CorpusWindows(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])).windows  # the held-out windows
+with torch.no_grad():
+    loss = model.eval()(input_ids=windows, labels=windows).loss.item()
+loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("deepspeed", "onnxruntime"))
+print(json.dumps({"loss": loss, "info": {k: list(v) for k, v in info.items()}, "loaded": loaded}))
+"""
+
+
+def test_saved_model_loads_without_ort_or_deepspeed(llama: tuple[Path, Path]) -> None:
+    """trainer.save_model() of the ORT run: plain parameter names, loadable by from_pretrained in a fresh process
+    without ORT or DeepSpeed, with the trained model's loss on the held-out windows."""
+    ort, _ = llama
+    result, seq_len = record(ort, "result.json"), record(ort, "args.json")["seq_len"]
+    held_out = [str(result["eval_seed"]), str(result["eval_windows"]), str(seq_len)]
+    command = [sys.executable, "-c", LOAD_AND_EVALUATE, str(ort / "model"), *held_out]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, check=True)
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded["loaded"] == [], f"loading imported {loaded['loaded']}"
+    assert not any(loaded["info"].values()), loaded["info"]  # no missing, unexpected or mismatched names
+    trained = result["eval_loss"]  # the Trainer's evaluate() in ORT after training
+    assert math.isfinite(trained) and loaded["loss"] == pytest.approx(trained, abs=TOLERANCE)
+
+
+def test_resumed_run_continues_the_curve(tmp_path: Path, llama: tuple[Path, Path]) -> None:
+    """From the ORT run's checkpoint at SAVE_AT, a new ORT run (resume_from_checkpoint) trains the remaining steps
+    on the same curve: weights, optimizer, scheduler, data order and RNG all came back."""
+    ort, _ = llama
+    checkpoint = f"checkpoint-{SAVE_AT}"
+    subprocess.run(["cp", "-r", str(ort / checkpoint), str(ort / "losses.csv"), str(tmp_path)], check=True)
+    train(tmp_path, "--model-type", "llama", "--max-steps", str(STEPS), "--resume")
+    assert_ran_in_ort(tmp_path)
+    assert losses(tmp_path)[SAVE_AT:] == pytest.approx(losses(ort)[SAVE_AT:], abs=TOLERANCE)
+    assert record(tmp_path, "result.json")["steps"] == STEPS
+
+
+def test_gradient_checkpointing_is_refused_in_one_line(tmp_path: Path) -> None:
+    """What the Trainer offers but ORT cannot run stops every rank with the reason and the way out."""
+    done = train(tmp_path, "--gradient-checkpointing", "--max-steps", "2", check=False)
+    assert done.returncode != 0
+    for rank in (0, 1):
+        assert f"train_hf: error (rank {rank}): gradient checkpointing cannot run in ONNX Runtime" in done.stdout
+    assert "UnsupportedInORT" not in done.stdout, "a traceback instead of the one-line refusal"

@@ -1,0 +1,64 @@
+"""train_hf rejects bad input with one message and exit code 2, before the process group or DeepSpeed start; its
+model configs are small for every causal LM type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ort_zero.data import CorpusWindows
+from ort_zero.examples import train_hf
+
+CONFIGS = Path(__file__).resolve().parents[3] / "ds_configs"
+HF_CONFIG = str(CONFIGS / "zero3_hf_auto.json")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert train_hf.main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("train_hf: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_not_a_causal_lm_type(capsys: pytest.CaptureFixture[str]) -> None:
+    err = run(capsys, "--deepspeed", HF_CONFIG, "--model-type", "t5")
+    assert "'t5' is not a type AutoModelForCausalLM builds" in err and "llama" in err
+
+
+def test_missing_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    err = run(capsys, "--deepspeed", str(tmp_path / "missing.json"))
+    assert "not found" in err and "missing.json" in err
+
+
+def test_zero2_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "needs ZeRO stage 3" in run(capsys, "--deepspeed", str(CONFIGS / "zero2_cpu_fp32.json"))
+
+
+def test_sizes_must_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--max-steps must be positive" in run(capsys, "--deepspeed", HF_CONFIG, "--max-steps", "0")
+    err = run(capsys, "--deepspeed", HF_CONFIG, "--hidden-size", "30", "--heads", "4")
+    assert "--hidden-size 30 must be a multiple of --heads 4" in err
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "opt", "gemma", "gptj", "bloom", "falcon"])
+def test_model_config_is_small_whatever_the_names(model_type: str) -> None:
+    """Each type names its sizes its own way (n_embd, ffn_dim, head_dim, rotary_dim...): all come out small."""
+    args = train_hf.parse_args(["--deepspeed", HF_CONFIG, "--model-type", model_type, "--hidden-size", "32"])
+    config = train_hf.model_config(args)
+    assert config.vocab_size == 256 and config.hidden_size == 32 and config.num_hidden_layers == 2
+    for name in ("head_dim", "rotary_dim"):
+        assert getattr(config, name, 8) == 8, name
+    assert getattr(config, "word_embed_proj_dim", 32) == 32
+    dropouts = {k: v for k, v in config.to_dict().items() if isinstance(v, float) and "drop" in k}
+    assert all(v == 0.0 for v in dropouts.values()), dropouts
+    assert not config.use_cache
+
+
+def test_corpus_windows_are_reproducible_causal_lm_items() -> None:
+    first, again = CorpusWindows(5, 8, 16), CorpusWindows(5, 8, 16)
+    item = first[3]
+    assert item["input_ids"].shape == (16,) and item["input_ids"].dtype.is_floating_point is False
+    assert (item["input_ids"] == item["labels"]).all()  # Hugging Face causal LMs shift the labels themselves
+    assert all((first[i]["input_ids"] == again[i]["input_ids"]).all() for i in range(8))
+    assert not (CorpusWindows(6, 8, 16).windows == first.windows).all()
