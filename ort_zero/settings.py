@@ -2,5 +2,26 @@
 
 from __future__ import annotations
 
+import os
+
 # Hand each parameter gradient to PyTorch through `param.backward(grad)` as soon as ORT computes it.
 mem_efficient_grads = False
+
+# Layer-wise recompute of ZeRO-3 models in ORT (ORTMODULE_MEMORY_OPT_LEVEL's levels); None: read the variable.
+recompute_level_override: int | None = None
+
+RECOMPUTE_LEVELS = (0, 1, 2)
+
+
+def recompute_level() -> int:
+    """The memory-optimization level ort_zero applies to ZeRO-3 training graphs in ORT.
+
+    0: no recompute; 1: each transformer layer is recomputed in the backward from its input (what PyTorch's
+    per-layer gradient checkpointing does); 2: level 1, and the model's other modules too.
+    """
+    if recompute_level_override is not None:
+        return recompute_level_override
+    raw = os.environ.get("ORTMODULE_MEMORY_OPT_LEVEL", "0").strip() or "0"
+    if raw not in {str(level) for level in RECOMPUTE_LEVELS}:
+        raise ValueError(f"ORTMODULE_MEMORY_OPT_LEVEL={raw!r}: use 0 (off), 1 (layer-wise recompute) or 2")
+    return int(raw)
