@@ -264,7 +264,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "session_threads",
         "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
         "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
-        "share of the cores.",
+        "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
     ),
 ]:
     register(
@@ -338,7 +338,27 @@ def _cuda_provider_required(original: Any) -> Any:
     return cuda_provider_required(original)
 
 
-for _manager in ("_training_manager:TrainingManager", "_inference_manager:InferenceManager"):
+def _training_execution_agent(original: Any) -> Any:
+    from .ort.cuda_provider import cuda_provider_required
+    from .ort.integration import zero3_memory_optimizer_off
+
+    return cuda_provider_required(zero3_memory_optimizer_off(original))
+
+
+_CUDA_REASON = (
+    "when ORT's CUDA provider cannot load, ORT builds the session on the CPU provider and ORTModule trains a CUDA "
+    "model on the CPU without a word; ort_zero refuses, naming what failed to load."
+)
+for _manager, _factory, _reason in [
+    (
+        "_training_manager:TrainingManager",
+        _training_execution_agent,
+        _CUDA_REASON + " And for a ZeRO-3 graph ORT's own memory optimizer (ORTMODULE_MEMORY_OPT_LEVEL/CONFIG) stays "
+        "off: it cannot recompute through the bridges and its recompute reads forward-gathered parameters; "
+        "ort_zero's recompute pass applies the level instead.",
+    ),
+    ("_inference_manager:InferenceManager", _cuda_provider_required, _CUDA_REASON),
+]:
     register(
         Patch(
             name=f"ort.cuda_provider_required.{_manager.partition(':')[2]}",
@@ -346,9 +366,8 @@ for _manager in ("_training_manager:TrainingManager", "_inference_manager:Infere
             attribute="_create_execution_agent",
             distribution="onnxruntime-training",
             versions=ORT_VERSIONS,
-            reason="when ORT's CUDA provider cannot load, ORT builds the session on the CPU provider and ORTModule "
-            "trains a CUDA model on the CPU without a word; ort_zero refuses, naming what failed to load.",
-            make_replacement=_cuda_provider_required,
+            reason=_reason,
+            make_replacement=_factory,
         ),
         group="ort",
     )

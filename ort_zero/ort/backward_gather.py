@@ -17,7 +17,6 @@ It runs on the complete forward+backward graph, through ORT's graph-optimizer re
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 from collections import defaultdict
@@ -32,13 +31,10 @@ from ..zero3 import state as zero3_state
 from ..zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge
 from ..zero3.state import fetched_params
 from .graph import func_name, ints_attribute, make_python_op, onnx_dtype, qualified_name, register_function
+from .training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 
 logger = logging.getLogger(__name__)
 
-# Ops whose output is the parameter seen differently (ORT may even alias the buffer): re-done in the backward.
-VIEW_OPS = frozenset({"Transpose", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"})
-# Only computed from a parameter, never keeping it: re-done too when the backward reads them.
-SHAPE_OPS = frozenset({"Shape", "Size"})
 _GRAD_OP = "PythonOpGrad"
 
 
@@ -57,7 +53,7 @@ def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
     report = BackwardGatherReport()
     if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
         return report
-    view = _GraphView(graph)
+    view = TrainingGraphView(graph)
     origins = _forward_gathered(view)
     _constant_shapes(view, origins)
     anchors = dict(_anchors(view))  # anchor node index -> module key
@@ -72,7 +68,7 @@ def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
             origin = origins.get(value)
             if origin is None or _is_redoable(node, view, reader):
                 continue
-            preceding = sorted(_bits(ancestry[reader]), key=view.position.__getitem__)
+            preceding = sorted(bits(ancestry[reader]), key=view.position.__getitem__)
             gathering = [a for a in preceding if id(origin.param) in gathers[anchors[a]]]
             if not gathering and preceding:
                 # Read outside every module that owns it (e.g. a parent reading a child's weight). DeepSpeed
@@ -117,7 +113,7 @@ def forward_gathered_reads(graph: onnx.GraphProto) -> list[str]:
     alive from the forward to the backward. Empty after `regather_for_backward`, unless it reported reads it kept."""
     if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
         return []
-    view = _GraphView(graph)
+    view = TrainingGraphView(graph)
     origins = _forward_gathered(view)
     return [
         f"{view.nodes[i].name or view.nodes[i].op_type} <- {value}"
@@ -135,99 +131,7 @@ class _Origin:
     node: onnx.NodeProto | None = None
 
 
-class _GraphView:
-    """Producers, consumers, a topological order, and which nodes are forward (feed the YieldOp) or backward."""
-
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        self.graph = graph
-        self.nodes = list(graph.node)
-        self.producer = {out: i for i, node in enumerate(self.nodes) for out in node.output if out}
-        self.consumers: dict[str, list[int]] = defaultdict(list)
-        for i, node in enumerate(self.nodes):
-            for value in node.input:
-                self.consumers[value].append(i)
-        self.order = _order(self.nodes)
-        self.position = {node: position for position, node in enumerate(self.order)}
-        yield_op = next((i for i, node in enumerate(self.nodes) if node.op_type == "YieldOp"), None)
-        if yield_op is None:
-            raise ValueError("not a training graph: no YieldOp")
-        self.forward = self._closure([yield_op], upward=True)
-        self.not_forward = [i for i in self.order if i not in self.forward]
-        backward = self._closure([yield_op], upward=False) - {yield_op}
-        self.backward = [i for i in self.order if i in backward]
-
-    def inputs_of(self, i: int) -> list[int]:
-        return [self.producer[v] for v in self.nodes[i].input if v in self.producer]
-
-    def anchor_ancestry(self, anchors: list[int]) -> dict[int, int]:
-        """Per node, a bit mask over node indices of the anchors it depends on (itself included)."""
-        anchor_set, masks = set(anchors), {}
-        for i in self.order:
-            mask = 1 << i if i in anchor_set else 0
-            for producer in self.inputs_of(i):
-                mask |= masks[producer]
-            masks[i] = mask
-        return masks
-
-    def rebuild(self, new_nodes: list[onnx.NodeProto]) -> None:
-        """Add `new_nodes`, drop views left without a use, write the graph back in topological order."""
-        nodes = self.nodes + new_nodes
-        used = {value for node in nodes for value in node.input} | {out.name for out in self.graph.output}
-        changed = True
-        while changed:  # a view of a forward copy, now unread, goes; then what only it read
-            changed = False
-            for node in list(nodes):
-                if node.op_type in VIEW_OPS | SHAPE_OPS and not any(out in used for out in node.output):
-                    nodes.remove(node)
-                    used = {value for n in nodes for value in n.input} | {out.name for out in self.graph.output}
-                    changed = True
-        del self.graph.node[:]
-        self.graph.node.extend(_topologically_sorted(nodes))
-
-    def _closure(self, start: list[int], upward: bool) -> set[int]:
-        seen, stack = set(start), list(start)
-        while stack:
-            i = stack.pop()
-            if upward:
-                following = self.inputs_of(i)
-            else:
-                following = [c for out in self.nodes[i].output if out for c in self.consumers.get(out, ())]
-            for j in following:
-                if j not in seen:
-                    seen.add(j)
-                    stack.append(j)
-        return seen
-
-
-def _order(nodes: list[onnx.NodeProto]) -> list[int]:
-    """Indices of `nodes` in a topological order that keeps the given order where it can."""
-    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
-    waiting = [sum(1 for v in set(node.input) if v in producer) for node in nodes]
-    consumers: dict[int, list[int]] = defaultdict(list)
-    for i, node in enumerate(nodes):
-        for v in set(node.input):
-            if v in producer:
-                consumers[producer[v]].append(i)
-    ready = [i for i, count in enumerate(waiting) if count == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in consumers[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                heapq.heappush(ready, j)
-    if len(order) != len(nodes):
-        raise ValueError("the training graph has a cycle")
-    return order
-
-
-def _topologically_sorted(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    return [nodes[i] for i in _order(nodes)]
-
-
-def _forward_gathered(view: _GraphView) -> dict[str, _Origin]:
+def _forward_gathered(view: TrainingGraphView) -> dict[str, _Origin]:
     """Values that are forward-gathered parameters (PreForwardBridge outputs), views/casts of them, and (outside
     the forward) their shapes."""
     pre_name = qualified_name(PreForwardBridge)
@@ -249,7 +153,7 @@ def _forward_gathered(view: _GraphView) -> dict[str, _Origin]:
     return origins
 
 
-def _constant_shapes(view: _GraphView, origins: dict[str, _Origin]) -> None:
+def _constant_shapes(view: TrainingGraphView, origins: dict[str, _Origin]) -> None:
     """Outside the forward, the shape of a gathered parameter is its `ds_shape`: a constant, not a read of it."""
     for i in view.not_forward:
         node = view.nodes[i]
@@ -270,12 +174,12 @@ def _constant_shapes(view: _GraphView, origins: dict[str, _Origin]) -> None:
         node.attribute.append(helper.make_attribute("value", constant))
 
 
-def _is_redoable(node: onnx.NodeProto, view: _GraphView, index: int) -> bool:
+def _is_redoable(node: onnx.NodeProto, view: TrainingGraphView, index: int) -> bool:
     """A view or shape of a parameter outside the forward: re-done wherever the backward reads it, not rewired."""
     return index not in view.forward and node.op_type in VIEW_OPS | SHAPE_OPS and node.domain in ("", "ai.onnx")
 
 
-def _anchors(view: _GraphView) -> list[tuple[int, int]]:
+def _anchors(view: TrainingGraphView) -> list[tuple[int, int]]:
     """(node index, module key) of every PostForwardBridge gradient node."""
     post_name = qualified_name(PostForwardBridge)
     forward_key = {
@@ -290,19 +194,10 @@ def _anchors(view: _GraphView) -> list[tuple[int, int]]:
     ]
 
 
-def _bits(mask: int) -> list[int]:
-    bits = []
-    while mask:
-        low = mask & -mask
-        bits.append(low.bit_length() - 1)
-        mask ^= low
-    return bits
-
-
 class _Regather:
     """One BackwardParamsBridge after one anchor, and the views re-done from its outputs."""
 
-    def __init__(self, view: _GraphView, anchor: int, key: int, params: list[torch.nn.Parameter]) -> None:
+    def __init__(self, view: TrainingGraphView, anchor: int, key: int, params: list[torch.nn.Parameter]) -> None:
         anchor_node = view.nodes[anchor]
         after = next(out for out in anchor_node.output if out)
         slot = list(anchor_node.output).index(after)

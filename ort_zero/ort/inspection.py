@@ -11,13 +11,15 @@ import torch
 
 from .backward_gather import forward_gathered_reads
 from .graph import func_name
+from .recompute import recompute_record
 
 
 def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
     """For an ORTModule (or a module wrapping one as `.module`, like a DeepSpeed engine): per mode ("training",
     "inference"), whether an ORT session exists, the execution providers it runs on (a model on CUDA must show
     CUDAExecutionProvider first) and the sorted func names of its graph's PythonOps; for training, also the backward
-    reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy alive)."""
+    reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy alive) and what ort_zero's
+    layer-wise recompute applied (`ort_zero.ort.recompute.recompute_record`)."""
     ort_module = model if hasattr(model, "_torch_module") else getattr(model, "module", model)
     if not hasattr(ort_module, "_torch_module"):
         raise TypeError(f"{type(ort_module).__name__} is not an ORTModule")
@@ -33,4 +35,5 @@ def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
         }
         if is_training:
             record[mode]["backward_reads_of_forward_gathers"] = forward_gathered_reads(graph) if graph else []
+            record[mode]["recompute"] = recompute_record(graph) if graph else recompute_record(None)
     return record

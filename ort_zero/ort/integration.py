@@ -16,12 +16,14 @@ from typing import Any
 import torch
 
 from .. import settings
+from ..zero3.bridges import PreForwardBridge
 from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
 from .grad_reuse import declare_passthrough_grad_reuse
-from .graph import register_function
+from .graph import func_name, qualified_name, register_function
 from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
+from .recompute import recompute_regions
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
 
 logger = logging.getLogger(__name__)
@@ -73,8 +75,50 @@ def graph_optimizers(original: Any) -> Any:
                 report.rewired_reads,
                 ", ".join(report.registered) or "none",
             )
+        recomputed = recompute_regions(graph, settings.recompute_level())
+        if recomputed.regions:
+            logger.info(
+                "ort_zero: ORTMODULE_MEMORY_OPT_LEVEL=%d: %d regions recomputed in the backward (%s; %d nodes, "
+                "%d reads rewired), their parameters gathered again for the recompute",
+                recomputed.level,
+                len(recomputed.regions),
+                ", ".join(recomputed.regions),
+                recomputed.recomputed_nodes,
+                recomputed.rewired_reads,
+            )
+        elif recomputed.level:
+            logger.warning(
+                "ort_zero: ORTMODULE_MEMORY_OPT_LEVEL=%d but nothing was recomputed: the model has no layers "
+                "(children of a ModuleList/Sequential of like modules) whose backward reads their activations",
+                recomputed.level,
+            )
 
     return classmethod(optimize_all)
+
+
+def zero3_memory_optimizer_off(original: Callable) -> Callable:
+    """Wraps `TrainingManager._create_execution_agent`: for a ZeRO-3 graph, ORT's own memory optimizer stays off.
+
+    It cannot recompute through the bridges and what it recomputes reads forward-gathered parameters; ort_zero's
+    recompute pass has already applied the level (`ort_zero.ort.recompute`)."""
+
+    @functools.wraps(original)
+    def _create_execution_agent(self: Any) -> None:
+        options = self._runtime_options
+        model = self._onnx_models.optimized_model
+        zero3 = model is not None and any(func_name(n) == qualified_name(PreForwardBridge) for n in model.graph.node)
+        if zero3 and (options.memory_optimization_level or options.memory_optimizer_config_file_path):
+            if options.memory_optimization_level == 0:
+                logger.warning(
+                    "ort_zero: ORTMODULE_MEMORY_OPT_CONFIG plans are not applied to a ZeRO-3 model (they would read "
+                    "parameters gathered in the forward); use ORTMODULE_MEMORY_OPT_LEVEL=1 for ort_zero's "
+                    "layer-wise recompute"
+                )
+            options.memory_optimization_level, options.memory_optimizer_config_file_path = 0, ""
+            options.recompute_probe_config = "1:0"
+        original(self)
+
+    return _create_execution_agent
 
 
 def deep_clone_check(original: Callable) -> Callable:
@@ -166,12 +210,17 @@ def loud_fallback(original: Callable) -> Callable:
 
 
 def session_threads(original: Callable) -> Callable:
-    """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it."""
+    """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
+
+    With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
+    two, so a process's memory shows neither what a step needs nor what a memory optimization saves."""
 
     @functools.wraps(original)
     def _get_session_config(self: Any) -> Any:
         session_options, providers, provider_options = original(self)
         session_options.intra_op_num_threads = threads_per_rank()
+        if os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "1") == "0":
+            session_options.enable_cpu_mem_arena = False
         return session_options, providers, provider_options
 
     return _get_session_config

@@ -10,6 +10,9 @@ key (see `state.py`) and never run a collective while the model is being traced 
     PostForwardBridge  module outputs       forward: release params; backward: gather for the module's backward
     BackwardParamsBridge  (ORT graphs only) after PostForwardBridge's backward: the re-gathered params, for the
                           module's backward to read instead of the forward's copies (`ort_zero.ort.backward_gather`)
+    RecomputeStartBridge  (ORT graphs only) where the backward enters a recomputed region: its inputs, passed on
+    RecomputeParamsBridge (ORT graphs only) a module's params gathered for its recomputed forward
+                          (`ort_zero.ort.recompute`)
 """
 
 from __future__ import annotations
@@ -163,6 +166,54 @@ class BackwardParamsBridge(torch.autograd.Function):
                 f"needs parameters {missing}, which DeepSpeed has not gathered for it"
             )
         return tuple(p.detach() for p in params)
+
+
+class RecomputeStartBridge(torch.autograd.Function):
+    """Under ORT, where the backward enters a recomputed region: the region's inputs, passed on.
+
+    `key` is the region module's; `after` is an output of the region's PostForwardBridge gradient node, only so that
+    the recomputation (which reads the outputs) runs in the backward, when the region's backward starts, not
+    in the forward.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, key: int, after: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return passthrough.detached(tensors)
+
+
+class RecomputeParamsBridge(torch.autograd.Function):
+    """Under ORT, before a module's recomputed forward ops: its parameters gathered again for them.
+
+    Its tensor input is the module's first recomputed input, so that the gather happens when the recomputation
+    reaches the module. The full parameters go to ORT, which frees them after the recomputed ops; DeepSpeed's own
+    state is left as found (what was partitioned is partitioned again at once), as a checkpointed module's
+    recompute forward gathers and releases in native ZeRO-3.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, key: int, after: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
+        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+        module_state = zero3_state.lookup(key)
+        by_id = {p.ds_id: p for p in zero3_state.fetched_params(module_state.module)}
+        params = [by_id[ds_id] for ds_id in ds_ids]
+        _wait_for_prefetch(module_state.offload, params)
+        partitioned = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
+        if partitioned:
+            partitioned[0].all_gather(param_list=partitioned)
+        full = tuple(p.detach() for p in params)  # ORT's references keep the gathered storage alive
+        if partitioned:
+            partitioned[0].partition(param_list=partitioned, has_been_updated=False)
+        return full
+
+
+def _wait_for_prefetch(offload: Any, params: list[torch.nn.Parameter]) -> None:
+    """Finish DeepSpeed's prefetch of any of `params` still in flight (the coordinator keeps the handles in a
+    private registry: deepspeed 0.19.8's PartitionedParameterCoordinator.__inflight_param_registry)."""
+    registry = offload.get_param_coordinator()._PartitionedParameterCoordinator__inflight_param_registry
+    for param in params:
+        if param in registry:
+            registry.pop(param).wait()
 
 
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:

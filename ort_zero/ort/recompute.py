@@ -1,0 +1,342 @@
+"""Training-graph pass: layer-wise recompute for ZeRO-3 models in ORT (ORTMODULE_MEMORY_OPT_LEVEL 1 and 2).
+
+ORT's own memory optimizer cannot serve a ZeRO-3 graph: every module boundary is a bridge PythonOp, which it does not
+recompute through (it finds no transformer layer), and what it does recompute reads the parameters gathered in the
+forward, keeping them alive until the backward. This pass does on ORT's forward+backward graph what per-layer
+gradient checkpointing does in PyTorch:
+
+- a *region* is a transformer layer (a child of a ModuleList or Sequential of like modules); at level 2 also each
+  other module of the model outside the layers whose parent is the model or holds layers;
+- backward reads of values computed inside a region (activations the forward would keep) are rewired to copies of
+  the region's forward nodes, computed in the backward from the region's inputs;
+- the copies start at the region's anchor (the gradient node of its PostForwardBridge, where the backward enters
+  it) through a RecomputeStartBridge; each module inside gathers its parameters again just before its copied ops
+  (RecomputeParamsBridge), so no copy reads a parameter gathered in the forward;
+- a copied Dropout gets the forward's seed, so it draws the forward's mask; random ops, foreign PythonOps and ops
+  with subgraphs are not recomputed (their outputs stay kept).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import onnx
+import torch
+from onnx import helper
+
+from ..zero3 import state as zero3_state
+from ..zero3.bridges import (
+    PostForwardBridge,
+    PreForwardBridge,
+    RecomputeParamsBridge,
+    RecomputeStartBridge,
+    StepStartBridge,
+)
+from .graph import (
+    func_name,
+    ints_attribute,
+    make_python_op,
+    onnx_dtype,
+    qualified_name,
+    register_function,
+    set_ints_attribute,
+)
+from .training_graph import TrainingGraphView
+
+logger = logging.getLogger(__name__)
+
+RECOMPUTE_SUFFIX = "_ort_zero_recompute"
+START_PREFIX = "ort_zero_recompute_start"
+LAYER_PLAN = "TransformerLayerRecompute"
+MODULE_PLAN = "ModuleRecompute"
+_DROPOUTS = frozenset({"Dropout", "BitmaskDropout", "BiasDropout", "BitmaskBiasDropout"})
+_RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial"})
+_STACKS = (torch.nn.ModuleList, torch.nn.Sequential)
+
+
+@dataclass
+class RecomputeReport:
+    """What the pass did to one training graph."""
+
+    level: int = 0
+    regions: dict[str, str] = field(default_factory=dict)  # module path -> plan
+    recomputed_nodes: int = 0
+    rewired_reads: int = 0
+    kept: list[str] = field(default_factory=list)  # values read by the backward that stay kept, and why
+
+
+def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:
+    """Apply the pass in place at `level` (0 does nothing) to a training graph of ort_zero's bridges."""
+    report = RecomputeReport(level=level)
+    if level == 0 or not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
+        return report
+    view = TrainingGraphView(graph)
+    bridges = _Bridges(view)
+    new_nodes: list[onnx.NodeProto] = []
+    for path, key, plan in _regions(bridges.root_module(), bridges.keys, level):
+        region = _Region(view, bridges, key, path, plan)
+        if region.skip_reason:
+            report.kept.append(f"{path}: {region.skip_reason}")
+            continue
+        rewired = region.rewire(new_nodes)
+        if rewired:
+            report.regions[path] = plan
+            report.rewired_reads += rewired
+        report.kept.extend(region.kept)
+    if new_nodes:
+        report.recomputed_nodes = sum(1 for node in new_nodes if node.name.endswith(RECOMPUTE_SUFFIX))
+        view.rebuild(new_nodes)
+        register_function(RecomputeStartBridge)
+        register_function(RecomputeParamsBridge)
+    if report.kept:
+        logger.warning(
+            "ort_zero: recompute keeps %d values from the forward to the backward: %s",
+            len(report.kept),
+            "; ".join(report.kept[:5]),
+        )
+    return report
+
+
+def recompute_record(graph: onnx.GraphProto | None) -> dict:
+    """Evidence read back from a training graph: the recomputed regions, plans applied and nodes recomputed."""
+    nodes = list(graph.node) if graph is not None else []
+    starts = [node for node in nodes if func_name(node) == qualified_name(RecomputeStartBridge)]
+    plans: dict[str, int] = {}
+    layers, level = [], 0
+    for node in starts:
+        plan, _, path = node.doc_string.partition(" ")
+        plans[plan] = plans.get(plan, 0) + 1
+        level = max(level, 2 if plan == MODULE_PLAN else 1)
+        layers.append(path)
+    return {
+        "level": level,
+        "layers": layers,
+        "plans": plans,
+        "recomputed_nodes": sum(1 for node in nodes if node.name.endswith(RECOMPUTE_SUFFIX)),
+    }
+
+
+class _Bridges:
+    """The forward's bridge nodes per module key."""
+
+    def __init__(self, view: TrainingGraphView) -> None:
+        self.view = view
+        self.pre: dict[int, list[int]] = {}
+        self.post: dict[int, list[int]] = {}
+        self.step_start_key: int | None = None
+        names = {qualified_name(PreForwardBridge): self.pre, qualified_name(PostForwardBridge): self.post}
+        for i in view.forward:
+            node = view.nodes[i]
+            name = func_name(node)
+            if name in names:
+                names[name].setdefault(ints_attribute(node, "input_int_scalars")[0], []).append(i)
+            elif name == qualified_name(StepStartBridge):
+                self.step_start_key = ints_attribute(node, "input_int_scalars")[0]
+        self.keys = set(self.pre) | set(self.post)
+
+    def root_module(self) -> torch.nn.Module:
+        if self.step_start_key is not None:
+            return zero3_state.lookup(self.step_start_key).module
+        modules = [zero3_state.lookup(key).module for key in self.keys]
+        return next(m for m in modules if all(any(x is n for x in m.modules()) for n in modules))
+
+
+def _regions(root: torch.nn.Module, keys: set[int], level: int) -> Iterator[tuple[str, int, str]]:
+    """(module path, key, plan) of the regions to recompute, in module order."""
+    key_of = {id(zero3_state.lookup(key).module): key for key in keys}
+    layers = {
+        id(child)
+        for module in root.modules()
+        if isinstance(module, _STACKS)
+        for child in module.children()
+        if sum(type(other) is type(child) for other in module.children()) >= 2
+    }
+    holds_layer = {id(m) for m in root.modules() if any(id(sub) in layers for sub in m.modules())}
+    for path, module in root.named_modules():
+        if id(module) in layers and id(module) in key_of:
+            yield path, key_of[id(module)], LAYER_PLAN
+    if level < 2:
+        return
+    for parent_path, parent in root.named_modules():
+        if parent is not root and id(parent) not in holds_layer:
+            continue
+        for name, child in parent.named_children():
+            if id(child) not in holds_layer and id(child) in key_of:
+                yield f"{parent_path}.{name}".lstrip("."), key_of[id(child)], MODULE_PLAN
+
+
+class _Region:
+    """One region: its forward nodes, its anchor, and the copies that recompute what its backward reads."""
+
+    def __init__(self, view: TrainingGraphView, bridges: _Bridges, key: int, path: str, plan: str) -> None:
+        self.view, self.key, self.path, self.plan = view, key, path, plan
+        self.kept: list[str] = []
+        self.skip_reason = ""
+        pre, post = bridges.pre.get(key, []), bridges.post.get(key, [])
+        if len(pre) != 1 or len(post) != 1:
+            self.skip_reason = f"its forward runs {max(len(pre), len(post))} times in one step"
+            return
+        self.pre, self.post = pre[0], post[0]
+        ctx = view.nodes[self.post].output[0]
+        self.anchor = next((c for c in view.consumers.get(ctx, ()) if view.nodes[c].op_type == "PythonOpGrad"), None)
+        if self.anchor is None:
+            self.skip_reason = "no gradient flows through it"
+            return
+        inside = view.closure([self.pre], upward=False) & view.closure([self.post], upward=True)
+        self.nodes = (inside & view.forward) - {self.pre, self.post}
+        self.readers = _readers_after(view, self.anchor)
+        self.copies: dict[str, str] = {}
+        self.param_bridges: dict[int, onnx.NodeProto] = {}
+        self.start: onnx.NodeProto | None = None
+
+    def rewire(self, new_nodes: list[onnx.NodeProto]) -> int:
+        """Point the backward's reads of this region's values at recomputed copies; the number rewired."""
+        self.new_nodes = new_nodes
+        produced = {out for i in self.nodes for out in self.view.nodes[i].output[self._first_value(i) :] if out}
+        rewired = 0
+        for reader in sorted(self.readers):
+            node = self.view.nodes[reader]
+            for slot, value in enumerate(node.input):
+                if value not in produced:
+                    continue
+                copy = self._copy_of(value)
+                if copy != value:
+                    node.input[slot] = copy
+                    rewired += 1
+        return rewired
+
+    def _first_value(self, i: int) -> int:
+        """PythonOps' output 0 is their autograd context, which the backward must read as is."""
+        return 1 if self.view.nodes[i].op_type == "PythonOp" else 0
+
+    def _copy_of(self, value: str) -> str:
+        """The name of `value` recomputed after the anchor, or `value` itself where it cannot be recomputed."""
+        if value in self.copies:
+            return self.copies[value]
+        i = self.view.producer.get(value)
+        if i is None or (i not in self.nodes and i != self.pre):
+            return value  # made outside the region (a constant, a mask): read as it is
+        node = self.view.nodes[i]
+        slot = list(node.output).index(value)
+        name = func_name(node)
+        if name == qualified_name(PreForwardBridge):
+            key, input_count = ints_attribute(node, "input_int_scalars")[:2]
+            if i == self.pre and slot <= input_count:
+                copy = self._start_bridge(node, input_count).output[slot]
+            elif slot <= input_count:
+                copy = self._copy_of(node.input[slot - 1])
+            else:
+                copy = self._params_bridge(key, node, input_count).output[slot - input_count]
+        elif name == qualified_name(PostForwardBridge):
+            copy = self._copy_of(node.input[slot - 1])
+        elif reason := _not_recomputable(node):
+            self.kept.append(f"{self.path}: {value} ({reason})")
+            copy = value
+        else:
+            copied = self._copy_node(node)
+            self.copies.update({out: new for out, new in zip(node.output, copied, strict=True) if out})
+            copy = copied[slot]
+        self.copies[value] = copy
+        return copy
+
+    def _copy_node(self, node: onnx.NodeProto) -> list[str]:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = f"{node.name or node.op_type}{RECOMPUTE_SUFFIX}"
+        for slot, value in enumerate(node.input):
+            if value:
+                copy.input[slot] = self._copy_of(value)
+        for slot, value in enumerate(node.output):
+            if value:
+                copy.output[slot] = f"{value}{RECOMPUTE_SUFFIX}"
+        if node.op_type in _DROPOUTS and not any(a.name == "seed" for a in node.attribute):
+            seed = (zlib.crc32(node.output[0].encode()) ^ torch.initial_seed()) & 0x7FFFFFFF
+            node.attribute.append(helper.make_attribute("seed", seed))
+            copy.attribute.append(helper.make_attribute("seed", seed))
+        self.new_nodes.append(copy)
+        return list(copy.output)
+
+    def _start_bridge(self, pre: onnx.NodeProto, input_count: int) -> onnx.NodeProto:
+        if self.start is None:
+            anchor = self.view.nodes[self.anchor]
+            after = next(slot for slot, out in enumerate(anchor.output) if out)
+            ranks, types = ints_attribute(pre, "input_tensor_ranks"), ints_attribute(pre, "input_tensor_types")
+            name = f"{START_PREFIX}_{self.key}"
+            self.start = make_python_op(
+                qualified_name(RecomputeStartBridge),
+                name,
+                int_scalars=[self.key],
+                inputs=[
+                    (anchor.output[after], *_output_type(anchor, after)),
+                    *((pre.input[j], ranks[j], types[j]) for j in range(input_count)),
+                ],
+                outputs=[(f"{name}_{j}", ranks[j], types[j]) for j in range(input_count)],
+                training_mode=0,
+            )
+            set_ints_attribute(self.start, "tensor_reuse_map", [-1, *range(1, input_count + 1)])
+            self.start.doc_string = f"{self.plan} {self.path}"
+            self.new_nodes.append(self.start)
+        return self.start
+
+    def _params_bridge(self, key: int, pre: onnx.NodeProto, input_count: int) -> onnx.NodeProto:
+        if key not in self.param_bridges:
+            params = zero3_state.lookup(key).bridged_params()
+            if not input_count:  # a module called without tensors: gather when the region's recompute starts
+                pre = self.view.nodes[self.pre]
+                input_count = ints_attribute(pre, "input_int_scalars")[1]
+            if input_count:
+                after = self._copy_of(pre.output[1])
+                rank, elem_type = (
+                    ints_attribute(pre, "input_tensor_ranks")[0],
+                    ints_attribute(pre, "input_tensor_types")[0],
+                )
+            else:
+                anchor = self.view.nodes[self.anchor]
+                slot = next(slot for slot, out in enumerate(anchor.output) if out)
+                after, (rank, elem_type) = anchor.output[slot], _output_type(anchor, slot)
+            name = f"ort_zero_recompute_params_{self.key}_{key}"
+            self.param_bridges[key] = make_python_op(
+                qualified_name(RecomputeParamsBridge),
+                name,
+                int_scalars=[key, *(p.ds_id for p in params)],
+                inputs=[(after, rank, elem_type)],
+                outputs=[(f"{name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(params)],
+                training_mode=0,
+                input_convention="cd" + "c" * len(params),
+            )
+            self.new_nodes.append(self.param_bridges[key])
+        return self.param_bridges[key]
+
+
+def _readers_after(view: TrainingGraphView, anchor: int) -> set[int]:
+    """The nodes that run after `anchor`: its descendants, and the nodes ORT's gradient graph computes from forward
+    values alone (a Reshape of an activation for a weight gradient) whose every use is one of those."""
+    after = view.closure([anchor], upward=False)
+    floating = [i for i in reversed(view.order) if i not in view.forward and i not in view.backward_set]
+    for i in floating:
+        uses = [c for out in view.nodes[i].output if out for c in view.consumers.get(out, ())]
+        if uses and all(c in after for c in uses):
+            after.add(i)
+    return after
+
+
+def _output_type(node: onnx.NodeProto, slot: int) -> tuple[int, int]:
+    """(rank, ONNX type) of a PythonOp(Grad)'s tensor output `slot` (output 0, the context, not counted)."""
+    tensor_slot = slot - 1 if node.op_type == "PythonOp" else slot
+    return ints_attribute(node, "output_tensor_ranks")[tensor_slot], ints_attribute(node, "output_tensor_types")[
+        tensor_slot
+    ]
+
+
+def _not_recomputable(node: onnx.NodeProto) -> str:
+    """Why `node` cannot run a second time in the backward ('' if it can)."""
+    if node.op_type in ("PythonOp", "YieldOp"):
+        return f"{func_name(node) or node.op_type} runs Python"
+    if node.op_type in _RANDOM:
+        return f"{node.op_type} draws random numbers"
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return f"{node.op_type} has subgraphs"
+    return ""
