@@ -12,7 +12,7 @@ gradient checkpointing does in PyTorch:
 - the copies start at the region's anchor (the gradient node of its PostForwardBridge, where the backward enters
   it) through a RecomputeStartBridge; each module inside gathers its parameters again just before its copied ops
   (RecomputeParamsBridge), so no copy reads a parameter gathered in the forward;
-- a copied Dropout gets the forward's seed, so it draws the forward's mask; random ops, foreign PythonOps and ops
+- every Dropout gets a fixed seed, so its copy draws the forward's mask; random ops, foreign PythonOps and ops
   with subgraphs are not recomputed (their outputs stay kept).
 """
 
@@ -71,7 +71,10 @@ class RecomputeReport:
 def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:
     """Apply the pass in place at `level` (0 does nothing) to a training graph of ort_zero's bridges."""
     report = RecomputeReport(level=level)
-    if level == 0 or not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
+    if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
+        return report
+    seed_dropouts(graph)
+    if level == 0:
         return report
     view = TrainingGraphView(graph)
     bridges = _Bridges(view)
@@ -98,6 +101,15 @@ def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:
             "; ".join(report.kept[:5]),
         )
     return report
+
+
+def seed_dropouts(graph: onnx.GraphProto) -> None:
+    """Give every Dropout a fixed seed (from torch's seed and the node): a recomputed copy then draws the forward's
+    mask, and runs at any level draw the same masks (each node keeps its own generator, advanced once per step)."""
+    for node in graph.node:
+        if node.op_type in _DROPOUTS and not any(a.name == "seed" for a in node.attribute):
+            seed = (zlib.crc32(node.output[0].encode()) ^ torch.initial_seed()) & 0x7FFFFFFF
+            node.attribute.append(helper.make_attribute("seed", seed))
 
 
 def recompute_record(graph: onnx.GraphProto | None) -> dict:
@@ -252,11 +264,7 @@ class _Region:
         for slot, value in enumerate(node.output):
             if value:
                 copy.output[slot] = f"{value}{RECOMPUTE_SUFFIX}"
-        if node.op_type in _DROPOUTS and not any(a.name == "seed" for a in node.attribute):
-            seed = (zlib.crc32(node.output[0].encode()) ^ torch.initial_seed()) & 0x7FFFFFFF
-            node.attribute.append(helper.make_attribute("seed", seed))
-            copy.attribute.append(helper.make_attribute("seed", seed))
-        self.new_nodes.append(copy)
+        self.new_nodes.append(copy)  # a Dropout keeps the forward's seed (`seed_dropouts`)
         return list(copy.output)
 
     def _start_bridge(self, pre: onnx.NodeProto, input_count: int) -> onnx.NodeProto:
