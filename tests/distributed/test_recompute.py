@@ -1,0 +1,70 @@
+"""ORT's layer-wise recompute under ZeRO-3 (ORTMODULE_MEMORY_OPT_LEVEL 1 and 2), ort_zero's own pass.
+
+The small GPT (4 blocks, 2 CPU ranks, ZeRO-3 releasing as early as DeepSpeed allows) in ORT at levels 0, 1 and 2:
+the same losses and parameters as level 0 (which the parity tests hold to native DeepSpeed), every block
+recomputed (the run record lists the layers and plans), no backward read of a parameter gathered in the forward,
+and less left allocated for the backward after the forward than at level 0. With dropout on, the recomputed
+Dropout must draw the forward's mask: levels 0 and 1 (both with ort_zero's fixed per-node dropout seeds) then train
+identically, which a different mask breaks (checked by giving the copies another seed). Memory is RSS with ORT's
+CPU arena off (ORT_ZERO_CPU_MEM_ARENA=0) and MALLOC_MMAP_THRESHOLD_ low, so that freed tensors leave RSS at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from launcher import free_port, read_rank_results, run_launcher, torchrun_cmd
+
+SCRIPT = Path(__file__).parent / "scripts" / "recompute_gpt.py"
+LAYERS = 4
+ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "ORT_ZERO_CPU_MEM_ARENA": "0"}
+
+
+def train(out: Path, mode: str, level: int = 0, dropout: float = 0.0) -> list[dict]:
+    args = ["--mode", mode, "--level", str(level), "--layers", str(LAYERS), "--seq", "256", "--steps", "3"]
+    args += ["--dropout", str(dropout), "--out", str(out)]
+    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=420, env=ENV, cwd=out.parent)
+    return read_rank_results(out)
+
+
+def assert_same_training(result: dict, reference: dict, rel: float) -> None:
+    assert result["losses"] == pytest.approx(reference["losses"], rel=rel)
+    for param, expected in zip(result["params"], reference["params"], strict=True):
+        assert param == pytest.approx(expected, rel=rel, abs=1e-6)
+
+
+def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Path) -> None:
+    level0 = train(tmp_path / "level0", "ort", level=0)
+    level1 = train(tmp_path / "level1", "ort", level=1)
+    level2 = train(tmp_path / "level2", "ort", level=2)
+
+    blocks = {f"blocks.{i}" for i in range(LAYERS)}
+    for rank in range(2):
+        for level, runs in ((1, level1), (2, level2)):
+            training = runs[rank]["ort"]["training"]
+            assert training["session"] and "ort_zero.zero3.bridges.RecomputeParamsBridge" in training["python_ops"]
+            recompute = training["recompute"]
+            assert recompute["level"] == level
+            assert blocks <= set(recompute["layers"])
+            assert recompute["plans"]["TransformerLayerRecompute"] == LAYERS
+            assert recompute["recomputed_nodes"] > 0
+            assert training["backward_reads_of_forward_gathers"] == []
+            assert_same_training(runs[rank], level0[rank], rel=1e-6)
+        assert level2[rank]["ort"]["training"]["recompute"]["plans"].get("ModuleRecompute", 0) >= 1
+        assert level0[rank]["ort"]["training"]["recompute"]["plans"] == {}
+        # What the forward leaves for the backward (from the second step: the first exports and builds ORT's session)
+        held0, held1 = min(level0[rank]["held_mib"][1:]), max(level1[rank]["held_mib"][1:])
+        assert held1 < 0.85 * held0, (
+            f"rank {rank}: level 1 leaves {held1:.0f} MiB after the forward, level 0 {held0:.0f}"
+        )
+
+
+def test_recomputed_dropout_draws_the_forwards_mask(tmp_path: Path) -> None:
+    level0 = train(tmp_path / "level0", "ort", level=0, dropout=0.1)
+    level1 = train(tmp_path / "level1", "ort", level=1, dropout=0.1)
+
+    for rank in range(2):
+        assert level1[rank]["ort"]["training"]["recompute"]["plans"]["TransformerLayerRecompute"] == LAYERS
+        assert len(set(level1[rank]["losses"])) > 1
+        assert_same_training(level1[rank], level0[rank], rel=1e-6)
