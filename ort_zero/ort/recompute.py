@@ -42,7 +42,6 @@ from .graph import (
     onnx_dtype,
     qualified_name,
     register_function,
-    set_ints_attribute,
 )
 from .training_graph import TrainingGraphView
 
@@ -284,7 +283,6 @@ class _Region:
                 outputs=[(f"{name}_{j}", ranks[j], types[j]) for j in range(input_count)],
                 training_mode=0,
             )
-            set_ints_attribute(self.start, "tensor_reuse_map", [-1, *range(1, input_count + 1)])
             self.start.doc_string = f"{self.plan} {self.path}"
             self.new_nodes.append(self.start)
         return self.start

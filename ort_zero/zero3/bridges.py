@@ -178,7 +178,8 @@ class RecomputeStartBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, after: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return passthrough.detached(tensors)
+        # Copies, not views: a layer's inputs may share memory (e.g. rotary cos/sin), which ORT's alias maps reject.
+        return tuple(t.clone() for t in tensors)
 
 
 class RecomputeParamsBridge(torch.autograd.Function):
