@@ -163,6 +163,7 @@ def _revert(patch: Patch) -> None:
 
 DEEPSPEED_VERSIONS = ">=0.19.8,<0.20"
 ORT_VERSIONS = "==1.19.2"
+TORCH_VERSIONS = ">=2.4,<2.7"  # what ORT 1.19.2's torch extensions load with
 
 
 def _zero3_setup_hooks(original_method: Any) -> Any:
@@ -206,6 +207,15 @@ def _ort_export(factory_name: str) -> Callable[[Any], Any]:
         from .ort import integration
 
         return getattr(integration, factory_name)(original, during_export=lambda: applied("ort_export"))
+
+    return make
+
+
+def _checkpoint_policy(factory_name: str) -> Callable[[Any], Any]:
+    def make(original: Any) -> Any:
+        from .zero3 import checkpointing
+
+        return getattr(checkpointing, factory_name)(original)
 
     return make
 
@@ -258,6 +268,14 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort_zero announces it on every rank.",
     ),
     (
+        "ort.checkpoint_announcement",
+        f"{_GTM}:GraphTransitionManager",
+        "_export_model",
+        _checkpoint_policy("announcing_after"),
+        "ORT captures what is printed while it exports and re-logs it, wrapped, on rank 0 only: that gradient "
+        "checkpointing became ort_zero's layer-wise recompute is announced once the export is over.",
+    ),
+    (
         "ort.session_threads",
         "onnxruntime.training.ortmodule._graph_execution_manager:GraphExecutionManager",
         "_get_session_config",
@@ -307,6 +325,23 @@ register(
     ),
     group="ort_export",
 )
+
+
+# Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
+_POLICY = "ORT cannot run a checkpoint: under ZeRO-3 it runs directly at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (ort_zero's "
+_POLICY += "layer-wise recompute does its job), and stops the run with one line at 0. "
+_CHECKPOINTS = "deepspeed.runtime.activation_checkpointing.checkpointing"
+for _name, _owner, _attribute, _distribution, _versions, _reason, _replacement in [
+    ("torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply", "torch", TORCH_VERSIONS,
+     "every reentrant call arrives here, however checkpoint was bound", _checkpoint_policy("torch_checkpoint_apply")),
+    ("deepspeed.checkpoint_in_export", f"{_CHECKPOINTS}:CheckpointFunction", "apply", "deepspeed", DEEPSPEED_VERSIONS,
+     "every call arrives here, however checkpoint was bound", _checkpoint_policy("deepspeed_checkpoint_apply")),
+    ("ort.checkpoint_wrappers_in_export", "onnxruntime.training.ortmodule", "ORTMODULE_ONNX_EXPORT_CONTEXT",
+     "onnxruntime-training", ORT_VERSIONS, "ORT's checkpoint wrappers run the function (and print) at level 1 while "
+     "this flag says an export runs; a fresh [False] (read nowhere else) makes them hand every call on",
+     lambda original: [False]),
+]:  # fmt: skip
+    register(Patch(_name, _owner, _attribute, _distribution, _versions, _POLICY + _reason, _replacement), "ort_export")
 
 
 def _optimize_all_then_regather(original: Any) -> Any:
