@@ -3,9 +3,10 @@ ort_zero's hooks in PyTorch, or in ORT.
 
 Each checkpoint kind trains a fresh engine: torch.utils.checkpoint reentrant and non-reentrant, and
 deepspeed.checkpointing.checkpoint, called through the module attributes as model code usually does (under ORT they
-are ORT's own wrappers then). The blocks note each recompute (a forward run inside the backward) and whether their
-parameters were gathered for it. Writes `<out>/rank<r>.json`: {kind: {losses, recomputes, params (rank 0),
-ort (ORT's run record, --mode ort)}}.
+are ORT's own wrappers then). In PyTorch the layers note each recompute (a forward run inside the backward) and
+whether their parameters were gathered for it; under ORT their Python forward runs only while exporting. Writes
+`<out>/rank<r>.json`: {kind: {losses, released_after_forward, recomputes, params (rank 0), ort (--mode ort: ORT's
+run record)}}.
 """
 
 from __future__ import annotations
