@@ -84,6 +84,7 @@ def announcing_after(original: Any) -> staticmethod:
 
 
 def refusal(what: str) -> str:
+    """One line: what the model called, why it cannot run, the two ways out (every rank says it, with its rank)."""
     rank = f" rank {torch.distributed.get_rank()}:" if torch.distributed.is_initialized() else ""
     return (
         f"ort_zero:{rank} the model calls {what} while ONNX Runtime exports it under ZeRO-3, and ORT cannot "
