@@ -163,6 +163,7 @@ def _revert(patch: Patch) -> None:
 
 DEEPSPEED_VERSIONS = ">=0.19.8,<0.20"
 ORT_VERSIONS = "==1.19.2"
+TORCH_VERSIONS = ">=2.4,<2.7"  # what ORT 1.19.2's torch extensions load with
 
 
 def _zero3_setup_hooks(original_method: Any) -> Any:
@@ -307,6 +308,37 @@ register(
     ),
     group="ort_export",
 )
+
+
+def _checkpoint_policy(factory_name: str) -> Callable[[Any], Any]:
+    def make(original: Any) -> Any:
+        from .zero3 import checkpointing
+
+        return getattr(checkpointing, factory_name)(original)
+
+    return make
+
+
+# Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
+_POLICY = "ORT cannot run a checkpoint: under ZeRO-3 it runs directly at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (ort_zero's "
+_POLICY += "layer-wise recompute does its job), and stops the run with one line at 0. "
+_CHECKPOINTS = "deepspeed.runtime.activation_checkpointing.checkpointing"
+for _name, _owner, _attribute, _distribution, _versions, _reason, _replacement, _group in [
+    ("torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply", "torch", TORCH_VERSIONS,
+     "every reentrant call arrives here, however checkpoint was bound", _checkpoint_policy("torch_checkpoint_apply"),
+     "ort_export"),
+    ("deepspeed.checkpoint_in_export", f"{_CHECKPOINTS}:CheckpointFunction", "apply", "deepspeed", DEEPSPEED_VERSIONS,
+     "every call arrives here, however checkpoint was bound", _checkpoint_policy("deepspeed_checkpoint_apply"),
+     "ort_export"),
+    ("ort.checkpoint_wrappers_in_export", "onnxruntime.training.ortmodule", "ORTMODULE_ONNX_EXPORT_CONTEXT",
+     "onnxruntime-training", ORT_VERSIONS, "ORT's checkpoint wrappers run the function (and print) at level 1 while "
+     "this flag says an export runs; a fresh [False] (read nowhere else) makes them hand every call on",
+     lambda original: [False], "ort_export"),
+    ("ort.checkpoint_announcement", f"{_GTM}:GraphTransitionManager", "_export_model", "onnxruntime-training",
+     ORT_VERSIONS, "ORT captures what is printed while it exports and shows it on rank 0 only: the announcement "
+     "comes after the export", _checkpoint_policy("announcing_after"), "ort"),
+]:  # fmt: skip
+    register(Patch(_name, _owner, _attribute, _distribution, _versions, _POLICY + _reason, _replacement), _group)
 
 
 def _optimize_all_then_regather(original: Any) -> Any:

@@ -53,7 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora", action="store_true", help="train PEFT LoRA adapters; the base model stays frozen")
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
-    parser.add_argument("--gradient-checkpointing", action="store_true", help="the Trainer's option (PyTorch only)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="the Trainer's option; in ORT ort_zero's layer-wise recompute of each decoder layer",
+    )
     parser.add_argument("--seq-len", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=2, help="per rank")
     parser.add_argument("--hidden-size", type=int, default=32)
@@ -271,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.save_model(str(args.output_dir / "model"))
     if rank == 0:
         record = {"model_type": args.model_type, "ort": args.ort, "lora": args.lora, "world_size": world_size}
+        record.update(hf_gradient_checkpointing=getattr(model, "is_gradient_checkpointing", False))
         record.update(eval_loss=eval_loss, eval_seed=eval_seed(args.seed), eval_windows=EVAL_WINDOWS)
         record.update(steps=trainer.state.global_step, **numels(model))
         write_json(args.output_dir / "result.json", record)

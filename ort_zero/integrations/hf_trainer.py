@@ -9,12 +9,13 @@ loss kwargs), saves it with `save_pretrained` and hands it to accelerate's `prep
 `deepspeed.initialize`. Only what `prepare` receives is wrapped in ORTModule (whose forward is `(*inputs, **kwargs)`
 and tells the Trainer nothing), so DeepSpeed's engine runs the model in ONNX Runtime while everything the Trainer
 reads and saves is the plain model's. What the Trainer offers that cannot run in ORT is refused when the trainer is
-created, with the reason and the way out.
+created, with the reason and the way out. Gradient checkpointing becomes ort_zero's layer-wise recompute.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import numbers
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
-from .. import api
+from .. import api, settings
+from ..zero3 import checkpointing
 
 
 class UnsupportedInORT(ValueError):
@@ -41,12 +43,6 @@ def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | Non
         raise UnsupportedInORT(
             "ORTZeroTrainer trains with DeepSpeed ZeRO-3: pass TrainingArguments(deepspeed=<a ZeRO-3 config>), "
             "e.g. ds_configs/zero3_hf_auto.json (or --deepspeed on the command line)"
-        )
-    if args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False):
-        raise UnsupportedInORT(
-            "gradient checkpointing cannot run in ONNX Runtime under ZeRO-3 yet (ORT's own recompute is not wired "
-            "up to ort_zero's gather/release); set gradient_checkpointing=False, or train this job with "
-            "transformers.Trainer in PyTorch"
         )
     if args.torch_compile:
         raise UnsupportedInORT(
@@ -66,6 +62,23 @@ def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | Non
         )
 
 
+def recompute_instead_of_checkpointing(args: TrainingArguments, model: torch.nn.Module | None) -> TrainingArguments:
+    """Gradient checkpointing (`gradient_checkpointing=True`, or enabled on the model) becomes ort_zero's layer-wise
+    recompute in ORT (level 1, or the level already set if higher), announced: each decoder layer is recomputed in
+    the backward inside ORT's graph, its parameters gathered again. The Trainer gets a copy of `args` that leaves
+    Hugging Face's checkpoint calls off (the caller's `args` is not changed); a model that already has them on keeps
+    them, and the export runs them as plain calls."""
+    if not (args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False)):
+        return args
+    settings.recompute_level_override = max(settings.recompute_level(), 1)
+    checkpointing.announce(settings.recompute_level_override)
+    if not args.gradient_checkpointing:
+        return args
+    args = copy.copy(args)
+    args.gradient_checkpointing = False
+    return args
+
+
 class ORTZeroTrainer(Trainer):
     """`transformers.Trainer` whose DeepSpeed ZeRO-3 engine runs the model in ONNX Runtime (through ort_zero).
 
@@ -78,7 +91,7 @@ class ORTZeroTrainer(Trainer):
     ) -> None:
         check_arguments(args, model)
         api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
-        super().__init__(model, args, *more, **kwargs)
+        super().__init__(model, recompute_instead_of_checkpointing(args, model), *more, **kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
         """The Trainer's own accelerator, whose `prepare` gets the ORTModule in place of `trainer.model`."""

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
-import sys
 from typing import Any
 
 import torch
-import torch.utils.checkpoint
 from deepspeed.runtime.zero.utils import is_zero_param
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
+from . import checkpointing
 from . import state as zero3_state
 from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge, release_after_forward
 
 logger = logging.getLogger(__name__)
-_CHECKPOINT_CODE = inspect.unwrap(torch.utils.checkpoint.checkpoint).__code__
 
 
 class ZeROOffloadSubscriber(SubscriberBase):
@@ -34,7 +31,6 @@ class ZeROOffloadSubscriber(SubscriberBase):
         for module in hooked_modules(root):
             self.states[module] = zero3_state.register(module, offload)
         self.root_state = self.states[root]
-        self.warned_checkpoint = False
 
     def close(self) -> None:
         for module_state in self.states.values():
@@ -58,14 +54,9 @@ class ZeROOffloadSubscriber(SubscriberBase):
         if module_state is None:
             return args, kwargs
         flat = flatten((args, kwargs))
-        if is_exporting() and not self.warned_checkpoint and _inside_torch_checkpoint():
-            self.warned_checkpoint = True
-            logger.warning(
-                "ort_zero: %s runs inside torch.utils.checkpoint while being exported: ONNX Runtime computes it "
-                "once and keeps its activations (no recompute, so ZeRO-3 gathers nothing for one); ORT's own "
-                "recompute is ORTMODULE_MEMORY_OPT_LEVEL=1",
-                type(module).__name__,
-            )
+        if is_exporting() and (running := checkpointing.running_checkpoint()):
+            # what the export-time patches cannot see (a non-reentrant checkpoint) meets the same policy here
+            checkpointing.on_checkpoint(running)
         # Only an export passes the parameters: their graph inputs then flow through the bridge for the rewrite.
         params = module_state.bridged_params() if is_exporting() else []
         if not flat.tensors and not params:
@@ -115,16 +106,6 @@ def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
 
     visit(root)
     return list(found)
-
-
-def _inside_torch_checkpoint() -> bool:
-    """Whether torch.utils.checkpoint is running the current forward (its frame is on the stack)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is _CHECKPOINT_CODE:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _zero3_param_behind(tensor: torch.Tensor) -> torch.nn.Parameter | None:

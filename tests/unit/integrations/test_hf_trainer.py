@@ -1,8 +1,10 @@
 """ORTZeroTrainer refuses what cannot run in ONNX Runtime under ZeRO-3 before anything starts: one line that says
-why and the way out. (Training itself: tests/distributed/test_train_hf.py.)"""
+why and the way out; gradient checkpointing becomes ort_zero's layer-wise recompute. (Training itself:
+tests/distributed/test_train_hf.py.)"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,14 @@ import torch
 from transformers import TrainingArguments
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
-from ort_zero.integrations.hf_trainer import ORTZeroTrainer, UnsupportedInORT, check_arguments
+from ort_zero import settings
+from ort_zero.integrations.hf_trainer import (
+    ORTZeroTrainer,
+    UnsupportedInORT,
+    check_arguments,
+    recompute_instead_of_checkpointing,
+)
+from ort_zero.zero3 import checkpointing
 
 
 @pytest.fixture(autouse=True)
@@ -53,12 +62,45 @@ def test_zero_stage_other_than_3(tmp_path: Path) -> None:
     assert "needs ZeRO stage 3" in message and "asks for stage 2" in message and "transformers.Trainer" in message
 
 
-def test_gradient_checkpointing_in_arguments_or_on_the_model(tmp_path: Path) -> None:
-    message = refusal(zero3_arguments(tmp_path, gradient_checkpointing=True))
-    assert "gradient checkpointing cannot run in ONNX Runtime" in message and "gradient_checkpointing=False" in message
+@pytest.fixture
+def recompute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No recompute level set, nothing announced yet in this process."""
+    monkeypatch.setattr(settings, "recompute_level_override", None)
+    monkeypatch.delenv("ORTMODULE_MEMORY_OPT_LEVEL", raising=False)
+    monkeypatch.setattr(checkpointing, "_announced", False)
+
+
+def test_gradient_checkpointing_becomes_ort_zeros_layer_wise_recompute(
+    tmp_path: Path, recompute: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Trainer gets arguments that leave Hugging Face's checkpoint calls off; level 1 is set and announced;
+    the caller's arguments are unchanged."""
+    args = zero3_arguments(tmp_path, gradient_checkpointing=True)
+    check_arguments(args, torch.nn.Linear(2, 2))
+    with caplog.at_level(logging.WARNING, logger=checkpointing.__name__):
+        given = recompute_instead_of_checkpointing(args, torch.nn.Linear(2, 2))
+    assert not given.gradient_checkpointing and args.gradient_checkpointing
+    assert given.output_dir == args.output_dir and given.hf_deepspeed_config is args.hf_deepspeed_config
+    assert settings.recompute_level() == 1
+    (announcement,) = [r.getMessage() for r in caplog.records]
+    assert "layer-wise recompute (ORTMODULE_MEMORY_OPT_LEVEL=1)" in announcement
+
+
+def test_checkpointing_enabled_on_the_model_keeps_a_higher_level(
+    tmp_path: Path, recompute: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "2")
     model = torch.nn.Linear(2, 2)
     model.is_gradient_checkpointing = True  # what PreTrainedModel.gradient_checkpointing_enable() leaves
-    assert "gradient checkpointing" in refusal(zero3_arguments(tmp_path), model)
+    args = zero3_arguments(tmp_path)
+    assert recompute_instead_of_checkpointing(args, model) is args  # the export runs its checkpoints as plain calls
+    assert settings.recompute_level_override == 2
+
+
+def test_without_checkpointing_nothing_changes(tmp_path: Path, recompute: None) -> None:
+    args = zero3_arguments(tmp_path)
+    assert recompute_instead_of_checkpointing(args, torch.nn.Linear(2, 2)) is args
+    assert settings.recompute_level_override is None and not checkpointing._announced
 
 
 def test_torch_compile(tmp_path: Path) -> None:
@@ -79,8 +121,8 @@ def test_model_already_in_ortmodule(tmp_path: Path) -> None:
 
 def test_the_trainer_refuses_when_created(tmp_path: Path) -> None:
     """Before the Trainer builds anything (no accelerator, no DeepSpeed)."""
-    with pytest.raises(UnsupportedInORT, match="gradient checkpointing"):
-        ORTZeroTrainer(model=torch.nn.Linear(2, 2), args=zero3_arguments(tmp_path, gradient_checkpointing=True))
+    with pytest.raises(UnsupportedInORT, match="torch_compile"):
+        ORTZeroTrainer(model=torch.nn.Linear(2, 2), args=zero3_arguments(tmp_path, torch_compile=True))
 
 
 def test_a_token_count_given_as_a_number_reaches_the_model_as_a_tensor(tmp_path: Path) -> None:

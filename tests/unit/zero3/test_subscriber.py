@@ -6,15 +6,17 @@ gathers it; the tensor that leaves each module boundary says which parameter it 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import pytest
 import torch
+from deepspeed.runtime.activation_checkpointing.checkpointing import non_reentrant_checkpoint
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ort_zero import settings
 from ort_zero.hooks import exporting
+from ort_zero.zero3 import checkpointing
 
 
 class ReturnsBias(nn.Linear):
@@ -69,25 +71,40 @@ def test_returned_parameter_moves_to_the_module_that_uses_it(subscribe: Callable
 
 
 class Checkpointed(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, checkpoint: Callable[..., torch.Tensor]) -> None:
         super().__init__()
         self.inner = nn.Linear(2, 2)
+        self.checkpoint = checkpoint
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint(self.inner, x, use_reentrant=False)
+        return self.checkpoint(self.inner, x)
 
 
-@pytest.mark.parametrize("use_checkpoint", [True, False])
-def test_export_inside_a_checkpoint_warns_that_ort_will_not_recompute(
-    subscribe: Callable, deepspeed_init: Callable, caplog: pytest.LogCaptureFixture, use_checkpoint: bool
+NON_REENTRANT = {
+    "torch.utils.checkpoint.checkpoint": lambda f, x: checkpoint(f, x, use_reentrant=False),
+    "deepspeed.checkpointing.non_reentrant_checkpoint": lambda f, x: non_reentrant_checkpoint(f, x),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NON_REENTRANT))
+def test_export_inside_a_non_reentrant_checkpoint_meets_the_checkpoint_policy(
+    subscribe: Callable, deepspeed_init: Callable, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """ONNX Runtime runs a checkpointed region once and keeps its activations: said while exporting, once."""
-    model = Checkpointed() if use_checkpoint else nn.Sequential(nn.Linear(2, 2))
-    deepspeed_init(model)
-    subscribe(model)
-    with exporting(), caplog.at_level(logging.WARNING, logger="ort_zero.zero3.subscriber"):
+    """A non-reentrant checkpoint never reaches CheckpointFunction: the subscriber finds it on the stack while the
+    model is exported. Level 1: traced as a plain call, to be announced after the export; level 0: one line."""
+    monkeypatch.setattr(checkpointing, "_pending", None)
+    plain = nn.Sequential(nn.Linear(2, 2))
+    model = Checkpointed(NON_REENTRANT[kind])
+    for root in (plain, model):
+        deepspeed_init(root)
+        subscribe(root)
+    monkeypatch.setattr(settings, "recompute_level_override", 1)
+    with exporting():
+        plain(torch.randn(3, 2, requires_grad=True))
+        assert checkpointing._pending is None, "no checkpoint, yet the policy was applied"
         model(torch.randn(3, 2, requires_grad=True))
+    assert checkpointing._pending == 1
+    monkeypatch.setattr(settings, "recompute_level_override", 0)
+    model(torch.randn(3, 2, requires_grad=True))  # not exporting: the checkpoint runs as in PyTorch
+    with exporting(), pytest.raises(checkpointing.CheckpointingRefused, match=f"the model calls {kind} while"):
         model(torch.randn(3, 2, requires_grad=True))
-    warnings = [r.getMessage() for r in caplog.records if "torch.utils.checkpoint" in r.getMessage()]
-    assert len(warnings) == (1 if use_checkpoint else 0)
-    assert all(w.startswith("ort_zero: Linear runs inside torch.utils.checkpoint") for w in warnings)
