@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ort_zero import patches
+from ort_zero import patches, patching
 from ort_zero.patches import Patch, UnsupportedVersionError
 
 MODULE = "ort_zero_test_target"
@@ -46,8 +46,8 @@ def target(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module.Base = Base
     module.Target = Target
     monkeypatch.setitem(sys.modules, MODULE, module)
-    monkeypatch.setattr(patches, "_REGISTRY", {})
-    monkeypatch.setattr(patches, "_GROUPS", {})
+    monkeypatch.setattr(patching, "_REGISTRY", {})
+    monkeypatch.setattr(patching, "_GROUPS", {})
     return module
 
 

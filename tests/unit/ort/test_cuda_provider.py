@@ -7,6 +7,7 @@ load without a driver aborts its process.
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -84,4 +85,4 @@ def test_declared_for_both_ortmodule_managers() -> None:
     assert set(declared) == {f"{owners[0]}:TrainingManager", f"{owners[1]}:InferenceManager"}
     for patch in declared.values():
         original = getattr(patch.owner(), patch.attribute)
-        assert patch.make_replacement(original).__wrapped__ is original
+        assert inspect.unwrap(patch.make_replacement(original)) is original

@@ -1,0 +1,153 @@
+"""How ort_zero's patches work: a registry of replaced attributes, applied and reverted by name, in groups, each
+recording the original object so that reverting restores it exactly. The declarations are in `ort_zero.patches`."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+logger = logging.getLogger(__name__)
+
+
+class UnsupportedVersionError(RuntimeError):
+    """A package ort_zero patches is at a version the patch was not written for."""
+
+
+@dataclass
+class Patch:
+    """One replaced attribute: `owner_path.attribute` becomes what `make_replacement(original)` returns."""
+
+    name: str
+    owner_path: str  # "package.module" or "package.module:Class"
+    attribute: str
+    distribution: str  # the pip distribution whose version guards the patch
+    versions: str  # PEP 440 specifier the patch was written and tested for
+    reason: str
+    make_replacement: Callable[[Any], Any]
+    original: Any = field(default=None, repr=False)
+    owned: bool = False  # the attribute was defined on the owner itself, not inherited
+    applied: bool = False
+
+    def owner(self) -> Any:
+        module_name, _, class_name = self.owner_path.partition(":")
+        owner = importlib.import_module(module_name)
+        for part in filter(None, class_name.split(".")):
+            owner = getattr(owner, part)
+        return owner
+
+    def check_version(self) -> None:
+        installed = Version(installed_version(self.distribution))
+        if installed not in SpecifierSet(self.versions):
+            raise UnsupportedVersionError(
+                f"ort_zero patch '{self.name}' replaces {self.owner_path}.{self.attribute} and supports "
+                f"{self.distribution}{self.versions}, but {self.distribution} {installed} is installed. "
+                f"Install a supported version (pip install '{self.distribution}{self.versions}') or run "
+                f"'ort-zero doctor'."
+            )
+
+
+def installed_version(distribution: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError as error:
+        raise UnsupportedVersionError(f"{distribution} is not installed; ort_zero needs it.") from error
+
+
+_REGISTRY: dict[str, Patch] = {}
+_GROUPS: dict[str, list[str]] = {}
+_LOCK = threading.Lock()
+
+
+def register(patch: Patch, group: str) -> Patch:
+    """Declare a patch; it changes nothing until its group is applied."""
+    if patch.name in _REGISTRY:
+        raise ValueError(f"patch '{patch.name}' is declared twice")
+    _REGISTRY[patch.name] = patch
+    _GROUPS.setdefault(group, []).append(patch.name)
+    return patch
+
+
+def apply_group(group: str) -> None:
+    """Apply every patch of a group; all-or-nothing, idempotent."""
+    with _LOCK:
+        names = _GROUPS.get(group, [])
+        patches = [_REGISTRY[name] for name in names]
+        for patch in patches:
+            patch.check_version()
+        done: list[Patch] = []
+        try:
+            for patch in patches:
+                if not patch.applied:
+                    _apply(patch)
+                    done.append(patch)
+        except Exception:
+            for patch in reversed(done):
+                _revert(patch)
+            raise
+
+
+def revert_group(group: str) -> None:
+    """Restore every original of a group, in reverse order of application."""
+    with _LOCK:
+        for name in reversed(_GROUPS.get(group, [])):
+            patch = _REGISTRY[name]
+            if patch.applied:
+                _revert(patch)
+
+
+@contextlib.contextmanager
+def applied(group: str) -> Iterator[None]:
+    """A group's patches for the duration of a block; patches already applied stay applied afterwards."""
+    already = {name for name in _GROUPS.get(group, []) if _REGISTRY[name].applied}
+    apply_group(group)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            for name in reversed(_GROUPS.get(group, [])):
+                if name not in already and _REGISTRY[name].applied:
+                    _revert(_REGISTRY[name])
+
+
+def is_applied(name: str) -> bool:
+    return _REGISTRY[name].applied
+
+
+def original(name: str) -> Any:
+    """The object a patch replaced; patched code calls through it to keep DeepSpeed/ORT behaviour it does not own."""
+    patch = _REGISTRY[name]
+    if not patch.applied:
+        raise RuntimeError(f"patch '{name}' is not applied")
+    return patch.original
+
+
+def registered() -> list[Patch]:
+    return list(_REGISTRY.values())
+
+
+def _apply(patch: Patch) -> None:
+    owner = patch.owner()
+    patch.owned = patch.attribute in vars(owner)
+    patch.original = vars(owner)[patch.attribute] if patch.owned else getattr(owner, patch.attribute)
+    setattr(owner, patch.attribute, patch.make_replacement(patch.original))
+    patch.applied = True
+    logger.debug("ort_zero: patched %s.%s (%s)", patch.owner_path, patch.attribute, patch.name)
+
+
+def _revert(patch: Patch) -> None:
+    if patch.owned:
+        setattr(patch.owner(), patch.attribute, patch.original)
+    else:
+        delattr(patch.owner(), patch.attribute)
+    patch.original = None
+    patch.applied = False
