@@ -163,6 +163,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute each block in the backward (torch.utils.checkpoint in PyTorch runs; under --ort, ort_zero's "
+        "layer-wise recompute takes its place)",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_gpt"))
     parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps and at the end (0: never)")
     parser.add_argument("--resume", action="store_true", help="continue from <output-dir>/checkpoints if present")
@@ -244,7 +250,7 @@ def build_model(args: argparse.Namespace) -> torch.nn.Module:
     torch.manual_seed(args.seed)
     model: torch.nn.Module = GPT(
         GPTConfig(n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model, max_seq=args.seq_len,
-                  dropout=args.dropout)
+                  dropout=args.dropout, gradient_checkpointing=args.gradient_checkpointing)
     )  # fmt: skip
     if args.ort:
         os.environ.setdefault(FALLBACK_ENV, "FALLBACK_DISABLE")  # a failure in ORT must not silently run PyTorch

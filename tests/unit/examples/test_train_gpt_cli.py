@@ -65,3 +65,9 @@ def test_mode_defaults() -> None:
     assert train_gpt.parse_args(["--deepspeed_config", config]).ort is True
     assert train_gpt.parse_args(["--deepspeed_config", config, "--native"]).ort is False
     assert train_gpt.parse_args(["--deepspeed_config", config, "--no-ort"]).ort is False
+
+
+@pytest.mark.parametrize("flag", [[], ["--gradient-checkpointing"]])
+def test_gradient_checkpointing_reaches_the_model(flag: list[str]) -> None:
+    args = train_gpt.parse_args(["--deepspeed_config", str(CONFIGS / "zero3_cpu_fp32.json"), "--native", *flag])
+    assert train_gpt.build_model(args).config.gradient_checkpointing is bool(flag)
