@@ -10,7 +10,7 @@ from typing import Any
 from ort_zero.tools.recompute_summary import describe_recompute
 
 Ranks = list[dict[str, Any]]  # one merged result per rank
-MEMORY_PEAKS = ("peak_rss_mib", "step_peak_rss_mib", "step_rss_growth_mib", "python_peak_mib")
+MEMORY_PEAKS = ("peak_rss_mib", "step_peak_rss_mib", "peak_above_start_mib", "step_rss_growth_mib", "python_peak_mib")
 
 
 def merge_rounds(rounds: list[Ranks]) -> Ranks:
@@ -50,24 +50,23 @@ def print_table(title: str, rows: list[tuple[str, Ranks]], args: argparse.Namesp
         f"{args.warmup} warm-up steps); ratios to {args.baseline}\n"
     )
     print(
-        "| config | median step ms | step vs baseline | peak RSS MiB per rank | peak RSS in steps MiB per rank "
-        "| peak in steps vs baseline | RSS growth in steps MiB per rank | growth vs baseline | Python peak MiB "
-        "| GPU peak MiB | last loss |"
+        "| config | median step ms | step vs baseline | peak RSS in steps MiB per rank | peak vs baseline "
+        "| peak above start MiB per rank | above start vs baseline | RSS growth in steps MiB per rank "
+        "| growth vs baseline | process peak RSS MiB | Python peak MiB | GPU peak MiB | last loss |"
     )
-    print("|---|---:|---:|---|---|---|---|---|---:|---:|---:|")
+    print("|---|---:|---:|---|---|---|---|---|---|---|---:|---:|---:|")
     for name, ranks in rows:
         median = statistics.median(ranks[0]["step_ms"])
         ratio = f"{median / base_median:.2f}x" if base_median else "-"
-        peaks, step_peaks, growth = (
-            " / ".join(f"{r[key]:.0f}" for r in ranks)
-            for key in ("peak_rss_mib", "step_peak_rss_mib", "step_rss_growth_mib")
-        )
+        memory = [
+            f"{' / '.join(f'{r[key]:.0f}' for r in ranks)} | {per_rank_ratio(ranks, base, key)}"
+            for key in ("step_peak_rss_mib", "peak_above_start_mib", "step_rss_growth_mib")
+        ]
+        process_peaks = " / ".join(f"{r['peak_rss_mib']:.0f}" for r in ranks)
         gpu = " / ".join(f"{r['gpu_peak_mib']:.0f}" for r in ranks) if ranks[0]["gpu_peak_mib"] else "-"
         print(
-            f"| {name} | {median:.1f} | {ratio} | {peaks} | {step_peaks} "
-            f"| {per_rank_ratio(ranks, base, 'step_peak_rss_mib')} | {growth} "
-            f"| {per_rank_ratio(ranks, base, 'step_rss_growth_mib')} | {ranks[0]['python_peak_mib']:.1f} | {gpu} "
-            f"| {ranks[0]['losses'][-1]:.6f} |"
+            f"| {name} | {median:.1f} | {ratio} | {' | '.join(memory)} | {process_peaks} "
+            f"| {ranks[0]['python_peak_mib']:.1f} | {gpu} | {ranks[0]['losses'][-1]:.6f} |"
         )
     recomputes = [(name, ranks) for name, ranks in rows if "recompute" in ranks[0]]
     if recomputes:

@@ -134,6 +134,7 @@ def main() -> None:
         losses.append(loss.item())
         return elapsed
 
+    start = psutil.Process().memory_info().rss  # model built and partitioned; no step, no ORT session yet
     for _ in range(args.warmup):
         step()
     before = psutil.Process().memory_info().rss
@@ -153,6 +154,9 @@ def main() -> None:
         "losses": losses,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # export and warm-up included
         "step_peak_rss_mib": sampler.peak / 2**20,
+        # What training adds to the built model (activations, gradients, optimizer state, ORT's session and arena):
+        # the libraries a process loaded (ORT's are larger) cancel out.
+        "peak_above_start_mib": (sampler.peak - start) / 2**20,
         "step_rss_growth_mib": (sampler.peak - before) / 2**20,
         # Python objects only: torch's CPU allocator (tensor storage) bypasses tracemalloc.
         "python_peak_mib": tracemalloc.get_traced_memory()[1] / 2**20,

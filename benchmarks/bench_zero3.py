@@ -12,12 +12,14 @@ and without memory-efficient gradients, side by side in one run.
         # ZeRO-3 with torch.utils.checkpoint on every block (native-z3-ckpt, the baseline of the ratios)
 
 Each configuration runs under torchrun on 2 local ranks (gloo on CPU). Reported per configuration: the median step
-time over the measured steps (after warm-up, which includes ORT's export), its ratio to the baseline, per rank the
-process's peak RSS (export and warm-up included), the peak RSS within the measured steps and how far they pushed RSS
-above where they started (sampled every millisecond: torch's CPU allocator is invisible to `tracemalloc`, which gives
-the Python-side peak), the GPU allocator's peak on CUDA, and the last loss (configurations that must compute the same
-numbers show the same). Under the table, for each ORT-ZeRO3 configuration: the recompute ort_zero applied, from its
-run record (`ort_run_record(model)["training"]["recompute"]`).
+time over the measured steps (after warm-up, which includes ORT's export) and its ratio to the baseline; per rank,
+with ratios to the baseline's same rank: the peak RSS within the measured steps (sampled every millisecond: torch's
+CPU allocator is invisible to `tracemalloc`, which gives the Python-side peak), that peak above the RSS before the
+first step (what training adds to the built model; the libraries a process loaded cancel out) and above the RSS at
+the end of the warm-up (ORT's arena keeps what the warm-up reserved, so for ORT this growth understates what it
+holds: compare peaks); the process's peak RSS (export included), the GPU allocator's peak on CUDA, and the last loss
+(configurations that must compute the same numbers show the same). Under the table, for each ORT-ZeRO3
+configuration: the recompute ort_zero applied, from its run record (`ort_run_record(model)["training"]["recompute"]`).
 """
 
 from __future__ import annotations

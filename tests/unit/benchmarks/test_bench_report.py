@@ -24,9 +24,11 @@ def report() -> ModuleType:
 
 
 def rank(step_ms: list[float], peak: float, growth: float, **extra: Any) -> dict[str, Any]:
+    """One rank's merged result; it started training at 600 MiB."""
     return {
         "step_ms": step_ms, "losses": [5.5, 5.25], "peak_rss_mib": peak + 50, "step_peak_rss_mib": peak,
-        "step_rss_growth_mib": growth, "python_peak_mib": 0.5, "gpu_peak_mib": None, **extra,
+        "peak_above_start_mib": peak - 600, "step_rss_growth_mib": growth, "python_peak_mib": 0.5,
+        "gpu_peak_mib": None, **extra,
     }  # fmt: skip
 
 
@@ -54,18 +56,21 @@ def test_ratios_are_to_the_baseline_and_recompute_is_listed_per_ort_config(
         ("native-z3", [rank([100.0, 300.0], 1000, 400), rank([200.0], 1000, 400)]),
         ("native-z3-ckpt", [rank([250.0], 800, 200), rank([250.0], 800, 100)]),
         ("ort-z3", [rank([200.0], 1200, 100, recompute=None), rank([200.0], 1200, 100, recompute=None)]),
-        ("ort-z3-l1", [rank([125.0], 400, 0, recompute=applied), rank([125.0], 600, 50, recompute=None)]),
+        ("ort-z3-l1", [rank([125.0], 700, 0, recompute=applied), rank([125.0], 600, 50, recompute=None)]),
     ]
     args = argparse.Namespace(baseline="native-z3-ckpt", steps=1, rounds=1, nproc=2, warmup=1)
     report.print_table("GPT", rows, args)
     output = capsys.readouterr().out
     cells = table(output)
     header = cells["config"]
-    step, peak, growth = (header.index(name) for name in ("step vs baseline", "peak in steps vs baseline",
-                                                          "growth vs baseline"))  # fmt: skip
+    step, peak, above, growth = (
+        header.index(name)
+        for name in ("step vs baseline", "peak vs baseline", "above start vs baseline", "growth vs baseline")
+    )
     assert cells["native-z3"][step] == "0.80x"  # median of rank 0's steps: 200 / 250
     assert cells["native-z3-ckpt"][step] == "1.00x" and cells["ort-z3-l1"][step] == "0.50x"
-    assert cells["ort-z3-l1"][peak] == "0.50x / 0.75x"
+    assert cells["ort-z3-l1"][peak] == "0.88x / 0.75x"
+    assert cells["ort-z3-l1"][above] == "0.50x / 0.00x"  # (700 - 600) / (800 - 600)
     assert cells["ort-z3-l1"][growth] == "0.00x / 0.50x"
     assert "ratios to native-z3-ckpt" in output
     assert "- ort-z3: none applied: the run record has no recompute entry" in output
