@@ -7,9 +7,10 @@ and without memory-efficient gradients, side by side in one run.
     .venv/bin/python benchmarks/bench_zero3.py --sweep-depth 4 8 16 --configs native-z3 torch-z3 ort-z3
         # a Linear(2048) stack built under zero.Init, ZeRO-3 releasing as early as it can, at each depth: how the
         # memory a rank needs grows with depth (MALLOC_MMAP_THRESHOLD_=65536, so freed tensors leave RSS at once)
-    .venv/bin/python benchmarks/bench_zero3.py --sweep-gpt-depth 4 8 16 --seq-len 512 --micro-batch 4
+    .venv/bin/python benchmarks/bench_zero3.py --sweep-gpt-depth 4 8 16 --seq-len 512 --micro-batch 1
         # the GPT at each depth, where activations dominate: ORT's recompute (ort-z3-l1, ort-z3-l2) against native
-        # ZeRO-3 with torch.utils.checkpoint on every block (native-z3-ckpt, the baseline of the ratios)
+        # ZeRO-3 with torch.utils.checkpoint on every block (native-z3-ckpt, the baseline of the ratios); freed
+        # memory leaves RSS at once in torch (MALLOC_MMAP_THRESHOLD_) and in ORT (its CPU arena off)
 
 Each configuration runs under torchrun on 2 local ranks (gloo on CPU). Reported per configuration: the median step
 time over the measured steps (after warm-up, which includes ORT's export) and its ratio to the baseline; per rank,
@@ -76,6 +77,13 @@ def main() -> int:
     parser.add_argument("--sweep-gpt-depth", type=int, nargs="*", help="the GPT with each of these numbers of blocks")
     parser.add_argument("--seq-len", type=int, default=128, help="the GPT's sequence length")
     parser.add_argument("--micro-batch", type=int, default=4, help="micro-batch per rank")
+    parser.add_argument(
+        "--ort-arena",
+        action="store_true",
+        help="keep ORT's CPU arena in the GPT sweep, where it is off by default (ORT_ZERO_CPU_MEM_ARENA=0): it keeps "
+        "its high-water mark, grown in powers of two, so RSS would show neither what a step needs nor what recompute "
+        "saves",
+    )
     args = parser.parse_args()
     if args.sweep_depth and args.sweep_gpt_depth:
         parser.error("--sweep-depth and --sweep-gpt-depth: one sweep per run")
@@ -94,8 +102,9 @@ def main() -> int:
             rows = run_configs(args, ["--model", "stack", "--depth", str(depth), *batch], FREED_AT_ONCE)
             print_table(f"stack of {depth} x Linear(2048)", rows, args)
     elif args.sweep_gpt_depth:
+        env = FREED_AT_ONCE if args.ort_arena else {**FREED_AT_ONCE, "ORT_ZERO_CPU_MEM_ARENA": "0"}
         for n_layer in args.sweep_gpt_depth:
-            rows = run_configs(args, [*gpt, "--n-layer", str(n_layer)], FREED_AT_ONCE)
+            rows = run_configs(args, [*gpt, "--n-layer", str(n_layer)], env)
             print_table(f"GPT {n_layer} x 256, {gpt_title}", rows, args)
     elif args.model == "gpt":
         print_table(f"GPT 4 x 256, {gpt_title}", run_configs(args, gpt, {}), args)

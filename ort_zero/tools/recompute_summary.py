@@ -3,14 +3,15 @@
 
 `ort-zero converge` and `benchmarks/bench_zero3.py` describe runs with it, so both say the same thing the same way
 and say it plainly when a run asked for recompute and none was applied. The record is
-`{"level": int, "layers": [module paths], "plans": {plan name: times applied}, "recomputed_nodes": int}`.
+`{"level": int, "layers": [module paths], "plans": {plan name: times applied}, "recomputed_nodes": int}`, read back
+from the graph: its level is that of the plans applied (0 when none was, whatever level the run asked for).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SHOWN_LAYERS = 4  # more layers are shown as "first ... last"
+SHOWN_MODULES = 4  # more are shown as "first ... last"
 
 
 def recompute_applied(record: dict[str, Any] | None) -> bool:
@@ -19,17 +20,14 @@ def recompute_applied(record: dict[str, Any] | None) -> bool:
 
 
 def describe_recompute(record: dict[str, Any] | None) -> str:
-    """One line: the level, the recomputed layers and plans with their counts; starts with "none applied" when no
-    plan was (a run without the record: this ort_zero does not recompute ZeRO-3 graphs at all)."""
+    """One line: the level, the plans applied with their counts and the modules recomputed; starts with "none
+    applied" when no plan was (a run without the record: this ort_zero does not recompute ZeRO-3 graphs at all)."""
     if record is None:
         return "none applied: the run record has no recompute entry (this ort_zero has no layer-wise recompute)"
-    level = record["level"]
     if not recompute_applied(record):
-        why = "recompute off" if level == 0 else "no recompute plan matched the graph"
-        return f"none applied at level {level} ({why})"
-    layers = record["layers"]
-    shown = ", ".join(layers) if len(layers) <= SHOWN_LAYERS else f"{layers[0]} ... {layers[-1]}"
+        return "none applied (no region of the training graph is recomputed)"
+    modules = record["layers"]  # transformer layers, and at level 2 other modules too
+    shown = ", ".join(modules) if len(modules) <= SHOWN_MODULES else f"{modules[0]} ... {modules[-1]}"
     plans = ", ".join(f"{plan} x{count}" for plan, count in sorted(record["plans"].items()) if count > 0)
-    return (
-        f"level {level}: {len(layers)} layers ({shown}); plans: {plans}; {record['recomputed_nodes']} nodes recomputed"
-    )
+    nodes = record["recomputed_nodes"]
+    return f"level {record['level']}: {plans} over {len(modules)} modules ({shown}); {nodes} nodes recomputed"

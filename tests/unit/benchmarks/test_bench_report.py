@@ -75,7 +75,7 @@ def test_ratios_are_to_the_baseline_and_recompute_is_listed_per_ort_config(
     assert "ratios to native-z3-ckpt" in output
     assert "- ort-z3: none applied: the run record has no recompute entry" in output
     ranks_differ = (
-        "- ort-z3-l1: rank 0: level 1: 1 layers (blocks.0); plans: layer x1; 9 nodes recomputed; rank 1: none applied"
+        "- ort-z3-l1: rank 0: level 1: layer x1 over 1 modules (blocks.0); 9 nodes recomputed; rank 1: none applied"
     )
     assert ranks_differ in output
     assert "- native-z3" not in output  # native runs have no ORT graph to recompute

@@ -210,7 +210,7 @@ def test_the_report_names_the_recompute_plans_the_ort_run_applied(
     fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE}, {**SESSION, "recompute": RECOMPUTED})
     assert converge.run(parse(tmp_path, "--memory-opt-level", "1")) == 0
     expected = (
-        f"ORT run at {MEMORY_OPT}=1, recompute: level 1: 2 layers (blocks.0, blocks.1); plans: layer x2; "
+        f"ORT run at {MEMORY_OPT}=1, recompute: level 1: layer x2 over 2 modules (blocks.0, blocks.1); "
         "40 nodes recomputed"
     )
     assert recompute_lines((tmp_path / "report.md").read_text()) == [f"- {expected}"]
@@ -221,7 +221,7 @@ def test_the_report_names_the_recompute_plans_the_ort_run_applied(
     ("ort_training", "said"),
     [
         (SESSION, "none applied: the run record has no recompute entry"),
-        ({**SESSION, "recompute": {**RECOMPUTED, "layers": [], "plans": {}, "recomputed_nodes": 0}}, "none applied"),
+        ({**SESSION, "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0}}, "none applied ("),
         (None, "unknown ("),  # no ort.json at all
     ],
 )
@@ -246,7 +246,7 @@ def test_level_0_is_the_default_and_no_warning(
     off = {**RECOMPUTED, "level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0}
     fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE}, {**SESSION, "recompute": off})
     assert converge.run(parse(tmp_path)) == 0
-    line = f"ORT run at {MEMORY_OPT}=0, recompute: none applied at level 0 (recompute off)"
+    line = f"ORT run at {MEMORY_OPT}=0, recompute: none applied (no region of the training graph is recomputed)"
     assert recompute_lines(capsys.readouterr().out) == [f"[converge] {line}"]
 
 

@@ -15,21 +15,20 @@ def record(level: int, plans: dict[str, int], layers: int = 2, nodes: int = 40) 
 
 def test_applied_plans_are_named_with_their_counts_and_layers() -> None:
     line = describe_recompute(record(1, {"layer": 2, "unused": 0, "attention": 1}))
-    assert line == "level 1: 2 layers (blocks.0, blocks.1); plans: attention x1, layer x2; 40 nodes recomputed"
+    assert line == "level 1: attention x1, layer x2 over 2 modules (blocks.0, blocks.1); 40 nodes recomputed"
 
 
 def test_many_layers_show_the_first_and_the_last() -> None:
     line = describe_recompute(record(2, {"layer": 16}, layers=16))
-    assert "16 layers (blocks.0 ... blocks.15)" in line and "blocks.7" not in line
+    assert "16 modules (blocks.0 ... blocks.15)" in line and "blocks.7" not in line
 
 
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
         (None, "none applied: the run record has no recompute entry"),
-        (record(0, {}, layers=0, nodes=0), "none applied at level 0 (recompute off)"),
-        (record(1, {}, layers=0, nodes=0), "none applied at level 1 (no recompute plan matched the graph)"),
-        (record(1, {"layer": 0}, layers=0, nodes=0), "none applied at level 1 (no recompute plan matched the graph)"),
+        (record(0, {}, layers=0, nodes=0), "none applied (no region of the training graph is recomputed)"),
+        (record(0, {"layer": 0}, layers=0, nodes=0), "none applied (no region"),
     ],
 )
 def test_nothing_recomputed_is_said_plainly(entry: dict[str, Any] | None, expected: str) -> None:
