@@ -17,8 +17,8 @@ time over the measured steps (after warm-up, which includes ORT's export) and it
 with ratios to the baseline's same rank: the peak RSS within the measured steps (sampled every millisecond: torch's
 CPU allocator is invisible to `tracemalloc`, which gives the Python-side peak), that peak above the RSS before the
 first step (what training adds to the built model; the libraries a process loaded cancel out) and above the RSS at
-the end of the warm-up (ORT's arena keeps what the warm-up reserved, so for ORT this growth understates what it
-holds: compare peaks); the process's peak RSS (export included), the GPU allocator's peak on CUDA, and the last loss
+the end of the warm-up (with its CPU arena on, ORT keeps what the warm-up reserved, so this growth understates what
+it holds: compare peaks); the process's peak RSS (export included), the GPU allocator's peak on CUDA, and the last loss
 (configurations that must compute the same numbers show the same). Under the table, for each ORT-ZeRO3
 configuration: the recompute ort_zero applied, from its run record (`ort_run_record(model)["training"]["recompute"]`).
 """
