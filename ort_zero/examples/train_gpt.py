@@ -169,7 +169,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gradient-checkpointing",
         action="store_true",
         help="recompute each block in the backward (torch.utils.checkpoint in PyTorch runs; under --ort, ort_zero's "
-        "layer-wise recompute takes its place)",
+        "layer-wise recompute takes its place: set ORTMODULE_MEMORY_OPT_LEVEL=1 or 2)",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_gpt"))
     parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps and at the end (0: never)")

@@ -26,9 +26,9 @@ class GPTConfig:
     max_seq: int = 128
     dropout: float = 0.0
     # Keep only each block's input in training and run the block again in the backward (torch.utils.checkpoint):
-    # activation memory of one block instead of all, for one more forward per block. PyTorch paths only (native
-    # DeepSpeed, ort_zero's hooks without ORT): ORT cannot recompute a PyTorch checkpoint, and under ORTModule ort_zero
-    # replaces it with its own layer-wise recompute of the blocks (ORTMODULE_MEMORY_OPT_LEVEL=1).
+    # activation memory of one block instead of all, for one more forward per block. For PyTorch paths (native
+    # DeepSpeed, ort_zero's hooks without ORT): ORT cannot run a PyTorch checkpoint, so under ORTModule with ZeRO-3
+    # ort_zero replaces it with its own layer-wise recompute of the blocks (ORTMODULE_MEMORY_OPT_LEVEL 1 or 2).
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
