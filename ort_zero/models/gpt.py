@@ -122,10 +122,11 @@ class GPT(nn.Module):
         """`labels[b, i]` is the token that follows `input_ids[b, i]`; with labels the dict also holds the mean loss."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.drop(self.wte(input_ids) + self.wpe(positions))
-        checkpointed = self.config.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        # Whether grad is enabled is not asked: ORTModule exports under no_grad, and ort_zero must see the checkpoint
+        # there to put its recompute in its place (or refuse it at level 0).
+        checkpointed = self.config.gradient_checkpointing and self.training
         for block in self.blocks:
-            # Non-reentrant: the only kind ORT's exporter accepts, and it restores the RNG state, so a recomputed
-            # dropout mask is the one the forward drew.
+            # Non-reentrant: it restores the RNG state, so a recomputed dropout mask is the one the forward drew.
             x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
         logits = self.lm_head(self.ln_f(x))
         out = {"logits": logits}

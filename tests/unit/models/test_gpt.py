@@ -113,11 +113,20 @@ def test_gradient_checkpointing_recomputes_each_block_and_changes_no_number() ->
         torch.testing.assert_close(ckpt_grads[name], grad, rtol=0, atol=0, msg=name)
 
 
-def test_gradient_checkpointing_is_off_in_eval_and_without_grad() -> None:
+def test_gradient_checkpointing_is_off_in_eval() -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, max_seq=8, gradient_checkpointing=True))
-    ids = torch.randint(0, 256, (1, 8))
-    _, _, calls = forward_backward(model.eval(), ids)
+    _, _, calls = forward_backward(model.eval(), torch.randint(0, 256, (1, 8)))
     assert calls == [1, 1]
+
+
+def test_gradient_checkpointing_runs_under_no_grad_in_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORTModule exports a training model under no_grad: the checkpoint must be called there too, so that ort_zero
+    sees it (and puts its layer-wise recompute in its place, or refuses it at level 0)."""
+    calls = []
+    checkpoint = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, max_seq=8, gradient_checkpointing=True)).train()
     with torch.no_grad():
-        model.train()(ids)
+        model(torch.randint(0, 256, (1, 8)))
+    assert len(calls) == 2
