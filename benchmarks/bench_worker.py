@@ -64,11 +64,17 @@ def main() -> None:
     parser.add_argument("--mem-grads", action="store_true")
     parser.add_argument("--model", choices=["gpt", "mlp", "stack"], default="gpt")
     parser.add_argument("--depth", type=int, default=16, help="layers of the stack model")
+    parser.add_argument("--n-layer", type=int, default=4, help="blocks of the GPT")
+    parser.add_argument("--seq-len", type=int, default=128, help="GPT sequence length")
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="GPT: torch.utils.checkpoint per block")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile", action="store_true", help="cProfile the measured steps (rank0.pstats)")
     args = parser.parse_args()
+    if args.gradient_checkpointing and args.model != "gpt":
+        parser.error("--gradient-checkpointing is an option of the GPT")
 
     if args.mode != "native":
         import ort_zero
@@ -81,7 +87,7 @@ def main() -> None:
     # The stack is released as early as DeepSpeed allows: the memory measured is what the hooks keep.
     zero_config = dict(RELEASE_EARLY_ZERO3, stage=args.stage) if args.model == "stack" else {"stage": args.stage}
     config = {
-        "train_micro_batch_size_per_gpu": 4,
+        "train_micro_batch_size_per_gpu": args.micro_batch,
         "zero_optimization": zero_config,
         "zero_force_ds_cpu_optimizer": False,
         "zero_allow_untested_optimizer": True,
@@ -90,8 +96,11 @@ def main() -> None:
     if args.model == "gpt":
         from ort_zero.models.gpt import GPT, GPTConfig
 
-        model: nn.Module = GPT(GPTConfig(vocab_size=256, n_layer=4, n_head=4, d_model=256, max_seq=128))
-        seq = 128
+        model: nn.Module = GPT(
+            GPTConfig(vocab_size=256, n_layer=args.n_layer, n_head=4, d_model=256, max_seq=args.seq_len,
+                      gradient_checkpointing=args.gradient_checkpointing)
+        )  # fmt: skip
+        seq = args.seq_len
     elif args.model == "mlp":
         model, seq = WideMLP(), 16
     else:
@@ -112,8 +121,8 @@ def main() -> None:
 
     def forward() -> torch.Tensor:
         if args.model == "stack":
-            return engine(torch.randn(4, seq, 2048, generator=generator).to(engine.device))
-        ids = torch.randint(0, 256, (4, seq + 1), generator=generator)
+            return engine(torch.randn(args.micro_batch, seq, 2048, generator=generator).to(engine.device))
+        ids = torch.randint(0, 256, (args.micro_batch, seq + 1), generator=generator)
         return engine(input_ids=ids[:, :-1].to(engine.device), labels=ids[:, 1:].to(engine.device))["loss"]
 
     def step() -> float:
@@ -125,6 +134,7 @@ def main() -> None:
         losses.append(loss.item())
         return elapsed
 
+    start = psutil.Process().memory_info().rss  # model built and partitioned; no step, no ORT session yet
     for _ in range(args.warmup):
         step()
     before = psutil.Process().memory_info().rss
@@ -142,7 +152,11 @@ def main() -> None:
     result = {
         "step_ms": times,
         "losses": losses,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # export and warm-up included
+        "step_peak_rss_mib": sampler.peak / 2**20,
+        # What training adds to the built model (activations, gradients, optimizer state, ORT's session and arena):
+        # the libraries a process loaded (ORT's are larger) cancel out.
+        "peak_above_start_mib": (sampler.peak - start) / 2**20,
         "step_rss_growth_mib": (sampler.peak - before) / 2**20,
         # Python objects only: torch's CPU allocator (tensor storage) bypasses tracemalloc.
         "python_peak_mib": tracemalloc.get_traced_memory()[1] / 2**20,
@@ -150,7 +164,12 @@ def main() -> None:
     }
     tracemalloc.stop()
     if args.mode == "ort":  # a benchmark of a silent PyTorch fallback would measure the wrong thing
-        assert engine.module._torch_module._execution_manager(is_training=True)._execution_agent is not None
+        from ort_zero.ort.inspection import ort_run_record
+
+        training = ort_run_record(engine.module)["training"]
+        assert training["session"], "ORT has no training session: the steps ran in PyTorch"
+        if args.stage == 3:  # what ort_zero's layer-wise recompute of ZeRO-3 graphs did; None: no record of it
+            result["recompute"] = training.get("recompute")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
     if profiler is not None:

@@ -5,23 +5,32 @@ ORTModule (`--ort`). Checks the DeepSpeed config first, then runs `ort_zero.exam
 (N local ranks, 127.0.0.1 rendezvous), then writes `report.md` (per-step losses, max difference, time per step,
 first divergence) and `losses.png`, and exits 1 when the curves differ beyond tolerance, 2 when the config is
 unusable or a run fails. A run past `--timeout` is stopped with its ranks.
+
+`--memory-opt-level N` (default: ORTMODULE_MEMORY_OPT_LEVEL from the environment, else 0) sets
+ORTMODULE_MEMORY_OPT_LEVEL for the ORT run only, so the curves show whether ort_zero's layer-wise recompute changes
+training; the report says which recompute plans the ORT run applied (its `ort.json`, `training.recompute`), and says
+so plainly when none did.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from ort_zero import settings
 from ort_zero.examples.config import ConfigError, load_and_check
 from ort_zero.tools.process_tree import TaggedProcessTree, free_port
+from ort_zero.tools.recompute_summary import describe_recompute, recompute_applied
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
 STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
+MEMORY_OPT_ENV = "ORTMODULE_MEMORY_OPT_LEVEL"
 DIVERGENCE_HINT = (
     "- if the curves agree to float precision for many steps and then jump: Adam with a tiny `eps` turns last-bit "
     "differences in near-zero gradients into lr-sized updates (see ds_configs/README.md); compare with `eps` 1e-6, or "
@@ -45,13 +54,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, default=Path("runs/converge"))
     parser.add_argument("--rtol", type=float, default=1e-4, help="relative loss tolerance per step")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    parser.add_argument(
+        "--memory-opt-level",
+        type=int,
+        choices=settings.RECOMPUTE_LEVELS,
+        help=f"{MEMORY_OPT_ENV} for the ORT run (1: recompute each transformer layer, 2: and the other modules); "
+        f"default: {MEMORY_OPT_ENV} from the environment, else 0",
+    )
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="extra arguments for train_gpt (after --)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         load_and_check(args.deepspeed_config, world_size=args.nproc, ort_zero_enabled=True)
-    except ConfigError as error:
+        if args.memory_opt_level is None:
+            args.memory_opt_level = settings.recompute_level()  # the variable's value, checked
+    except (ConfigError, ValueError) as error:
         print(f"ort-zero converge: {error}", file=sys.stderr)
         return 2
     args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -65,9 +83,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
         curves[name] = read_curve(run_dir / "losses.csv")
     verdict = compare(curves["pytorch"], curves["ort"], args.rtol)
+    recompute = recompute_line(args.memory_opt_level, args.output_dir / "ort" / "ort.json")
     report = args.output_dir / "report.md"
-    report.write_text(render_report(curves, verdict, args))
+    report.write_text(render_report(curves, verdict, args, recompute))
     plot(curves, args.output_dir / "losses.png")
+    print(f"[converge] {recompute}")
     print(verdict.summary)
     print(f"[converge] report: {report}")
     return 0 if verdict.agree else 1
@@ -82,18 +102,41 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
         "--seq-len", str(args.seq_len), "--seed", str(args.seed), "--output-dir", str(run_dir),
         *[a for a in args.train_args if a != "--"],
     ]  # fmt: skip
-    # TORCH_WARM_POOL=0: DeepSpeed imports torch.compile, whose worker pool can outlive a rank and stall launchers.
-    env = dict(os.environ, ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
-    env.setdefault("DS_ACCELERATOR", "cpu")
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "launcher.log"
     with open(log_path, "w") as log:
-        returncode = launch(command, env, log, args.timeout)
+        returncode = launch(command, run_environment(args, flag), log, args.timeout)
     if returncode is None:
         return f"no result within {args.timeout:.0f}s, stopped (see {log_path})"
     if returncode != 0:
         return f"exit code {returncode} (see {log_path})"
     return None
+
+
+def run_environment(args: argparse.Namespace, flag: str) -> dict[str, str]:
+    """The launcher's environment: the ORT run gets the memory-optimization level, the PyTorch run none (it has no
+    ORT graph to optimize), so that the report's "PyTorch" is always training without recompute."""
+    # TORCH_WARM_POOL=0: DeepSpeed imports torch.compile, whose worker pool can outlive a rank and stall launchers.
+    env = dict(os.environ, ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    env.pop(MEMORY_OPT_ENV, None)
+    if flag == "--ort":
+        env[MEMORY_OPT_ENV] = str(args.memory_opt_level)
+    return env
+
+
+def recompute_line(level: int, ort_json: Path) -> str:
+    """The report's line on the ORT run's recompute, from its ort.json (`training.recompute`); a level above 0 with
+    nothing recomputed is a warning."""
+    if ort_json.is_file():
+        record = json.loads(ort_json.read_text())["training"].get("recompute")
+        described, applied = describe_recompute(record), recompute_applied(record)
+    else:
+        described, applied = f"unknown ({ort_json} is missing)", False
+    what = f"ORT run at {MEMORY_OPT_ENV}={level}, recompute: {described}"
+    if level > 0 and not applied:
+        return f"WARNING: {what}; these curves do not test recompute"
+    return what
 
 
 def launch(command: list[str], env: dict[str, str], log: IO[str], timeout: float) -> int | None:
@@ -132,7 +175,7 @@ def compare(reference: Curve, candidate: Curve, rtol: float) -> Verdict:
     return Verdict(agree, max(diffs), max(rels), first, summary)
 
 
-def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Namespace) -> str:
+def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Namespace, recompute: str) -> str:
     torch_curve, ort_curve = curves["pytorch"], curves["ort"]
     median = {name: sorted(c.times_ms)[len(c.times_ms) // 2] for name, c in curves.items()}
     lines = [
@@ -143,6 +186,7 @@ def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Nam
         "",
         f"- ranks: {args.nproc}, steps: {args.steps}, seq len: {args.seq_len}, seed: {args.seed}",
         f"- DeepSpeed config: `{args.deepspeed_config}`",
+        f"- {recompute}",
         f"- verdict: **{'agree' if verdict.agree else 'diverge'}** (relative tolerance {args.rtol:g})",
         f"- max |loss difference|: {verdict.max_abs_diff:.3g}; max relative: {verdict.max_rel_diff:.3g}",
         f"- first step beyond tolerance: {verdict.first_divergence if verdict.first_divergence is not None else '-'}",

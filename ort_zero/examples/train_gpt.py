@@ -7,9 +7,10 @@ Runs under any launcher (see launch/*.sh), e.g. two CPU ranks:
 
 Modes: --ort (default) wraps the model in ORTModule and routes ZeRO-3 through ort_zero; --no-ort keeps ort_zero's
 hooks in PyTorch; --native is plain DeepSpeed without ort_zero, the reference the other two are compared against.
-Rank 0 writes `<output-dir>/losses.csv` (step, global mean loss, step time), `args.json` and, with --ort, `ort.json`
-(the ORT sessions and PythonOps that ran). ORT_ZERO_COLLECTIVE_TIMEOUT (seconds, default 600) bounds how long a rank
-waits for the others; a rank that loses contact with another says so and exits 1.
+--gradient-checkpointing recomputes each block in the backward. Rank 0 writes `<output-dir>/losses.csv` (step, global
+mean loss, step time), `args.json` (with --ort, the ORTMODULE_MEMORY_OPT_LEVEL the run saw) and, with --ort, `ort.json`
+(the ORT sessions and PythonOps that ran, and what ort_zero recomputed). ORT_ZERO_COLLECTIVE_TIMEOUT (seconds,
+default 600) bounds how long a rank waits for the others; a rank that loses contact with another says so and exits 1.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 import ort_zero
+from ort_zero import settings
 from ort_zero.data import load_corpus, sample_batch
 from ort_zero.distributed import init_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
@@ -163,6 +165,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute each block in the backward (torch.utils.checkpoint in PyTorch runs; under --ort, ort_zero's "
+        "layer-wise recompute takes its place: set ORTMODULE_MEMORY_OPT_LEVEL=1 or 2)",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_gpt"))
     parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps and at the end (0: never)")
     parser.add_argument("--resume", action="store_true", help="continue from <output-dir>/checkpoints if present")
@@ -188,6 +196,11 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.d_model % args.n_head:
         raise UsageError(f"--d-model {args.d_model} must be a multiple of --n-head {args.n_head}")
+    if args.ort:
+        try:
+            settings.recompute_level()  # ORTMODULE_MEMORY_OPT_LEVEL, read again by ort_zero's graph passes
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     config = load_config(args.deepspeed_config)
     check_zero_stage(config, ort_zero_enabled=not args.native, path=args.deepspeed_config)
     if "optimizer" not in config:
@@ -244,7 +257,7 @@ def build_model(args: argparse.Namespace) -> torch.nn.Module:
     torch.manual_seed(args.seed)
     model: torch.nn.Module = GPT(
         GPTConfig(n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model, max_seq=args.seq_len,
-                  dropout=args.dropout)
+                  dropout=args.dropout, gradient_checkpointing=args.gradient_checkpointing)
     )  # fmt: skip
     if args.ort:
         os.environ.setdefault(FALLBACK_ENV, "FALLBACK_DISABLE")  # a failure in ORT must not silently run PyTorch
@@ -259,6 +272,7 @@ def build_model(args: argparse.Namespace) -> torch.nn.Module:
 def write_args(args: argparse.Namespace, world_size: int) -> None:
     record = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
     record.update(world_size=world_size, ort_zero=ort_zero.__version__, ort_zero_enabled=not args.native)
+    record["memory_opt_level"] = settings.recompute_level() if args.ort else None  # what ort_zero's passes read
     (args.output_dir / "args.json").write_text(json.dumps(record, indent=1) + "\n")
 
 

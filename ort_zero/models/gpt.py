@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 
@@ -24,6 +25,11 @@ class GPTConfig:
     d_model: int = 128
     max_seq: int = 128
     dropout: float = 0.0
+    # Keep only each block's input in training and run the block again in the backward (torch.utils.checkpoint):
+    # activation memory of one block instead of all, for one more forward per block. For PyTorch paths (native
+    # DeepSpeed, ort_zero's hooks without ORT): ORT cannot run a PyTorch checkpoint, so under ORTModule with ZeRO-3
+    # ort_zero replaces it with its own layer-wise recompute of the blocks (ORTMODULE_MEMORY_OPT_LEVEL 1 or 2).
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -116,8 +122,12 @@ class GPT(nn.Module):
         """`labels[b, i]` is the token that follows `input_ids[b, i]`; with labels the dict also holds the mean loss."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.drop(self.wte(input_ids) + self.wpe(positions))
+        # Whether grad is enabled is not asked: ORTModule exports under no_grad, and ort_zero must see the checkpoint
+        # there to put its recompute in its place (or refuse it at level 0).
+        checkpointed = self.config.gradient_checkpointing and self.training
         for block in self.blocks:
-            x = block(x)
+            # Non-reentrant: it restores the RNG state, so a recomputed dropout mask is the one the forward drew.
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
         logits = self.lm_head(self.ln_f(x))
         out = {"logits": logits}
         if labels is not None:

@@ -1,4 +1,4 @@
-"""Offline tools over what ort_zero's hooks record: comparing two runs' activation statistics."""
+"""Offline tools over what ort_zero records: comparing two runs' activation statistics, describing a recompute."""
 
 from .activation_summary import (
     Activation,
@@ -13,6 +13,7 @@ from .activation_summary import (
     format_text,
     load_run,
 )
+from .recompute_summary import describe_recompute, recompute_applied
 
 __all__ = [
     "Activation",
@@ -23,7 +24,9 @@ __all__ = [
     "RunDump",
     "StepComparison",
     "compare_runs",
+    "describe_recompute",
     "format_markdown",
     "format_text",
     "load_run",
+    "recompute_applied",
 ]

@@ -143,3 +143,14 @@ def test_ort_checkpoint_resumes_in_pytorch_and_converts_to_the_plain_model(
     # These weights are the trained state after `half` steps: they give the loss both runs logged at step `half`.
     assert loss_at(model, half) == pytest.approx(resumed[half]["loss"], rel=1e-5, abs=1e-6)
     assert loss_at(model, half) == pytest.approx(reference[half]["loss"], rel=1e-5, abs=1e-6)
+
+
+def test_native_run_with_gradient_checkpointing_follows_the_plain_curve(
+    tmp_path: Path, straight: tuple[Path, list[dict[str, float]]]
+) -> None:
+    """Native DeepSpeed ZeRO-3 with every block under torch.utils.checkpoint (the benchmark's native-z3-ckpt): the
+    recompute gathers the block's parameters again and computes the same numbers."""
+    _, reference = straight
+    rows = train(tmp_path, "--native", "--gradient-checkpointing", "--steps", str(STEPS))
+    assert json.loads((tmp_path / "args.json").read_text())["gradient_checkpointing"]
+    assert losses(rows) == pytest.approx(losses(reference), rel=1e-6, abs=1e-7)

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,8 +26,13 @@ def parse(tmp_path: Path, *extra: str) -> argparse.Namespace:
     return parser.parse_args(["converge", "--steps", str(len(REFERENCE)), "--output-dir", str(tmp_path), *extra])
 
 
-def fake_train(monkeypatch: pytest.MonkeyPatch, curves: dict[str, list[float] | None]) -> list[tuple[str, Path]]:
-    """Replace the launcher: `_train` writes `curves[flag]` as losses.csv (None: the run fails); returns the calls."""
+def fake_train(
+    monkeypatch: pytest.MonkeyPatch,
+    curves: dict[str, list[float] | None],
+    ort_training: dict[str, Any] | None = None,
+) -> list[tuple[str, Path]]:
+    """Replace the launcher: `_train` writes `curves[flag]` as losses.csv (None: the run fails) and, for the ORT run,
+    `ort_training` as its ort.json's "training" section (None: no ort.json); returns the calls."""
     calls: list[tuple[str, Path]] = []
 
     def train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
@@ -39,6 +45,8 @@ def fake_train(monkeypatch: pytest.MonkeyPatch, curves: dict[str, list[float] | 
             writer = csv.writer(handle)
             writer.writerow(["step", "loss", "time_ms"])
             writer.writerows([step, repr(loss), f"{10.0 + step:.3f}"] for step, loss in enumerate(values))
+        if flag == "--ort" and ort_training is not None:
+            (run_dir / "ort.json").write_text(json.dumps({"training": ort_training, "inference": {}}))
         return None
 
     monkeypatch.setattr(converge, "_train", train)
@@ -167,3 +175,87 @@ def test_a_finished_launch_returns_its_exit_code(tmp_path: Path) -> None:
     with (tmp_path / "launcher.log").open("w") as log:
         assert converge.launch(command, dict(os.environ), log, timeout=60) == 3
     assert (tmp_path / "launcher.log").read_text() == "hi\n"
+
+
+MEMORY_OPT = "ORTMODULE_MEMORY_OPT_LEVEL"
+SESSION = {"session": True, "python_ops": ["ort_zero.zero3.bridges.PreForwardBridge"]}
+RECOMPUTED = {"level": 1, "layers": ["blocks.0", "blocks.1"], "plans": {"layer": 2}, "recomputed_nodes": 40}
+
+
+def recompute_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if f"ORT run at {MEMORY_OPT}=" in line]
+
+
+def test_the_memory_opt_level_reaches_the_ort_run_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MEMORY_OPT, "2")  # the flag wins over the caller's variable
+    args = parse(tmp_path, "--memory-opt-level", "1")
+    fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE}, {**SESSION, "recompute": RECOMPUTED})
+    assert converge.run(args) == 0
+    assert converge.run_environment(args, "--ort")[MEMORY_OPT] == "1"
+    assert MEMORY_OPT not in converge.run_environment(args, "--no-ort")
+
+
+def test_without_the_flag_the_variable_passes_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MEMORY_OPT, "2")
+    args = parse(tmp_path)
+    fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE}, SESSION)
+    assert converge.run(args) == 0
+    assert converge.run_environment(args, "--ort")[MEMORY_OPT] == "2"
+    assert recompute_lines((tmp_path / "report.md").read_text())[0].startswith(f"- WARNING: ORT run at {MEMORY_OPT}=2")
+
+
+def test_the_report_names_the_recompute_plans_the_ort_run_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE}, {**SESSION, "recompute": RECOMPUTED})
+    assert converge.run(parse(tmp_path, "--memory-opt-level", "1")) == 0
+    expected = (
+        f"ORT run at {MEMORY_OPT}=1, recompute: level 1: layer x2 over 2 modules (blocks.0, blocks.1); "
+        "40 nodes recomputed"
+    )
+    assert recompute_lines((tmp_path / "report.md").read_text()) == [f"- {expected}"]
+    assert recompute_lines(capsys.readouterr().out) == [f"[converge] {expected}"]
+
+
+@pytest.mark.parametrize(
+    ("ort_training", "said"),
+    [
+        (SESSION, "none applied: the run record has no recompute entry"),
+        ({**SESSION, "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0}}, "none applied ("),
+        (None, "unknown ("),  # no ort.json at all
+    ],
+)
+def test_a_level_without_recompute_is_a_warning(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    ort_training: dict[str, Any] | None,
+    said: str,
+) -> None:
+    fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE}, ort_training)
+    assert converge.run(parse(tmp_path, "--memory-opt-level", "1")) == 0  # the verdict is still the curves'
+    for line in [*recompute_lines((tmp_path / "report.md").read_text()), *recompute_lines(capsys.readouterr().out)]:
+        assert f"WARNING: ORT run at {MEMORY_OPT}=1, recompute: {said}" in line
+        assert line.endswith("these curves do not test recompute")
+
+
+def test_level_0_is_the_default_and_no_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(MEMORY_OPT, raising=False)
+    off = {**RECOMPUTED, "level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0}
+    fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE}, {**SESSION, "recompute": off})
+    assert converge.run(parse(tmp_path)) == 0
+    line = f"ORT run at {MEMORY_OPT}=0, recompute: none applied (no region of the training graph is recomputed)"
+    assert recompute_lines(capsys.readouterr().out) == [f"[converge] {line}"]
+
+
+def test_a_bad_level_exits_2_before_any_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = fake_train(monkeypatch, {"--no-ort": REFERENCE, "--ort": REFERENCE})
+    monkeypatch.setenv(MEMORY_OPT, "5")
+    assert converge.run(parse(tmp_path)) == 2
+    assert f"{MEMORY_OPT}='5'" in capsys.readouterr().err and calls == []
+    with pytest.raises(SystemExit):
+        parse(tmp_path, "--memory-opt-level", "3")

@@ -65,3 +65,18 @@ def test_mode_defaults() -> None:
     assert train_gpt.parse_args(["--deepspeed_config", config]).ort is True
     assert train_gpt.parse_args(["--deepspeed_config", config, "--native"]).ort is False
     assert train_gpt.parse_args(["--deepspeed_config", config, "--no-ort"]).ort is False
+
+
+@pytest.mark.parametrize("flag", [[], ["--gradient-checkpointing"]])
+def test_gradient_checkpointing_reaches_the_model(flag: list[str]) -> None:
+    args = train_gpt.parse_args(["--deepspeed_config", str(CONFIGS / "zero3_cpu_fp32.json"), "--native", *flag])
+    assert train_gpt.build_model(args).config.gradient_checkpointing is bool(flag)
+
+
+def test_a_bad_memory_opt_level_is_refused_for_ort_runs_only(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "7")
+    config = str(CONFIGS / "zero3_cpu_fp32.json")
+    assert "ORTMODULE_MEMORY_OPT_LEVEL='7'" in run(capsys, "--deepspeed_config", config, "--ort")
+    train_gpt.check_args(train_gpt.parse_args(["--deepspeed_config", config, "--no-ort"]))  # no ORT graph: ignored

@@ -79,3 +79,54 @@ def test_onnx_export_with_dynamic_batch_and_sequence(model: GPT) -> None:
         expected = model(other)["logits"].numpy()
     assert logits.shape == expected.shape
     assert abs(logits - expected).max() < 1e-4
+
+
+def forward_backward(model: GPT, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[int]]:
+    """Loss, parameter gradients and, per block, how many times it ran (a checkpointed block runs again in backward)."""
+    calls = [0] * len(model.blocks)
+    handles = [
+        # A pre-hook: the recompute stops as soon as it has what the backward needs, before forward hooks would run.
+        block.register_forward_pre_hook(lambda *_, index=index: calls.__setitem__(index, calls[index] + 1))
+        for index, block in enumerate(model.blocks)
+    ]
+    torch.manual_seed(1)  # the same dropout masks in both models
+    loss = model(ids, labels=ids.roll(-1, dims=1))["loss"]
+    loss.backward()
+    for handle in handles:
+        handle.remove()
+    return loss.detach(), {name: p.grad for name, p in model.named_parameters()}, calls
+
+
+def test_gradient_checkpointing_recomputes_each_block_and_changes_no_number() -> None:
+    config = GPTConfig(n_layer=3, n_head=2, d_model=16, max_seq=12, dropout=0.2)  # dropout: masks must be redrawn equal
+    torch.manual_seed(0)
+    plain = GPT(config).train()
+    checkpointed = GPT(GPTConfig(**{**vars(config), "gradient_checkpointing": True})).train()
+    checkpointed.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, config.vocab_size, (2, 12))
+    loss, grads, plain_calls = forward_backward(plain, ids)
+    ckpt_loss, ckpt_grads, ckpt_calls = forward_backward(checkpointed, ids)
+    assert plain_calls == [1, 1, 1] and ckpt_calls == [2, 2, 2]  # the checkpoint really ran each block again
+    torch.testing.assert_close(ckpt_loss, loss, rtol=0, atol=0)
+    assert grads.keys() == ckpt_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(ckpt_grads[name], grad, rtol=0, atol=0, msg=name)
+
+
+def test_gradient_checkpointing_is_off_in_eval() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, max_seq=8, gradient_checkpointing=True))
+    _, _, calls = forward_backward(model.eval(), torch.randint(0, 256, (1, 8)))
+    assert calls == [1, 1]
+
+
+def test_gradient_checkpointing_runs_under_no_grad_in_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORTModule exports a training model under no_grad: the checkpoint must be called there too, so that ort_zero
+    sees it (and puts its layer-wise recompute in its place, or refuses it at level 0)."""
+    calls = []
+    checkpoint = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, max_seq=8, gradient_checkpointing=True)).train()
+    with torch.no_grad():
+        model(torch.randint(0, 256, (1, 8)))
+    assert len(calls) == 2
