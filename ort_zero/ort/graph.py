@@ -115,9 +115,21 @@ def make_python_op(
     )
 
 
+_UNREGISTER_AT_EXIT: list[bool] = []
+
+
 def register_function(cls: type[torch.autograd.Function]) -> None:
-    """Make an autograd Function that no trace has seen callable from ORT PythonOps."""
-    from onnxruntime.capi._pybind_state import register_torch_autograd_function
+    """Make an autograd Function that no trace has seen callable from ORT PythonOps.
+
+    ORT's registry must be emptied before the interpreter ends (or the process crashes at exit); ORTModule arranges
+    that only when it enables custom Functions itself, so it is arranged here too, once."""
+    import atexit
+
+    from onnxruntime.capi._pybind_state import register_torch_autograd_function, unregister_python_functions
+
+    if not _UNREGISTER_AT_EXIT:
+        atexit.register(unregister_python_functions)
+        _UNREGISTER_AT_EXIT.append(True)
     from onnxruntime.training.ortmodule._custom_autograd_function_exporter import (
         register_custom_function_schema_supplementary,
     )

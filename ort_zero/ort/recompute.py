@@ -42,6 +42,7 @@ from .graph import (
     onnx_dtype,
     qualified_name,
     register_function,
+    set_ints_attribute,
 )
 from .training_graph import TrainingGraphView
 
@@ -172,7 +173,7 @@ def _regions(root: torch.nn.Module, keys: set[int], level: int) -> Iterator[tupl
     if level < 2:
         return
     for parent_path, parent in root.named_modules():
-        if parent is not root and id(parent) not in holds_layer:
+        if parent is not root and (id(parent) not in holds_layer or id(parent) in layers):
             continue
         for name, child in parent.named_children():
             if id(child) not in holds_layer and id(child) in key_of:
@@ -202,6 +203,7 @@ class _Region:
         self.copies: dict[str, str] = {}
         self.param_bridges: dict[int, onnx.NodeProto] = {}
         self.start: onnx.NodeProto | None = None
+        self.anchored: set[str] = set()  # values computed after the anchor (outputs of the nodes added here)
 
     def rewire(self, new_nodes: list[onnx.NodeProto]) -> int:
         """Point the backward's reads of this region's values at recomputed copies; the number rewired."""
@@ -260,9 +262,15 @@ class _Region:
         for slot, value in enumerate(node.input):
             if value:
                 copy.input[slot] = self._copy_of(value)
+        entering = [slot for slot, value in enumerate(copy.input) if self._kept_python_output(value)]
+        if entering and not any(value in self.anchored for value in copy.input):
+            # Its inputs are forward values (a foreign PythonOp's output, kept): one enters through the start
+            # bridge, or the copy would not wait for the backward.
+            copy.input[entering[0]] = self._enter(copy.input[entering[0]])
         for slot, value in enumerate(node.output):
             if value:
                 copy.output[slot] = f"{value}{RECOMPUTE_SUFFIX}"
+        self.anchored.update(out for out in copy.output if out)
         self.new_nodes.append(copy)  # a Dropout keeps the forward's seed (`seed_dropouts`)
         return list(copy.output)
 
@@ -284,8 +292,36 @@ class _Region:
                 training_mode=0,
             )
             self.start.doc_string = f"{self.plan} {self.path}"
+            self.anchored.update(self.start.output[1:])
             self.new_nodes.append(self.start)
         return self.start
+
+    def _kept_python_output(self, value: str) -> bool:
+        producer = self.view.producer.get(value)
+        return producer is not None and self.view.nodes[producer].op_type == "PythonOp" and value not in self.anchored
+
+    def _enter(self, value: str) -> str:
+        """`value`, a forward value, passed through the start bridge (added to it as one more input)."""
+        pre = self.view.nodes[self.pre]
+        start = self._start_bridge(pre, ints_attribute(pre, "input_int_scalars")[1])
+        producer = self.view.nodes[self.view.producer[value]]
+        slot = list(producer.output).index(value)
+        rank, elem_type = _output_type(producer, slot)
+        name = f"{start.name}_{len(start.output) - 1}"
+        start.input.append(value)
+        start.output.append(name)
+        for attribute, extra in (
+            ("input_tensor_ranks", rank),
+            ("input_tensor_types", elem_type),
+            ("output_tensor_ranks", rank),
+            ("output_tensor_types", elem_type),
+        ):
+            set_ints_attribute(start, attribute, [*ints_attribute(start, attribute), extra])
+        for attribute in start.attribute:
+            if attribute.name == "input_convention":
+                attribute.s += b"d"
+        self.anchored.add(name)
+        return name
 
     def _params_bridge(self, key: int, pre: onnx.NodeProto, input_count: int) -> onnx.NodeProto:
         if key not in self.param_bridges:
@@ -293,6 +329,11 @@ class _Region:
             if not input_count:  # a module called without tensors: gather when the region's recompute starts
                 pre = self.view.nodes[self.pre]
                 input_count = ints_attribute(pre, "input_int_scalars")[1]
+            region_pre = self.view.nodes[self.pre]
+            if input_count and self._copy_of(pre.output[1]) not in self.anchored:
+                pre, input_count = region_pre, ints_attribute(region_pre, "input_int_scalars")[1]
+                if input_count:
+                    self._start_bridge(pre, input_count)
             if input_count:
                 after = self._copy_of(pre.output[1])
                 rank, elem_type = (
@@ -313,6 +354,7 @@ class _Region:
                 training_mode=0,
                 input_convention="cd" + "c" * len(params),
             )
+            self.anchored.update(self.param_bridges[key].output[1:])
             self.new_nodes.append(self.param_bridges[key])
         return self.param_bridges[key]
 
