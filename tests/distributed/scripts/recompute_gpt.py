@@ -6,7 +6,6 @@ run with MALLOC_MMAP_THRESHOLD_ low so that freed tensors leave RSS), the final 
 from __future__ import annotations
 
 import argparse
-import json
 import threading
 from pathlib import Path
 
@@ -14,15 +13,10 @@ import deepspeed
 import psutil
 import torch
 import torch.utils.checkpoint
+from rank_run import start, write_result
 
 from ort_zero.models.gpt import GPT, GPTConfig
-
-ZERO3 = {
-    "stage": 3,
-    "stage3_param_persistence_threshold": 0,
-    "stage3_max_live_parameters": 0,
-    "stage3_prefetch_bucket_size": 0,
-}
+from ort_zero.models.stack import RELEASE_EARLY_ZERO3
 
 
 class RssPeak:
@@ -65,18 +59,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--local_rank", type=int, default=0)
     args = parser.parse_args()
+    rank = start(args.mode)
     if args.mode == "ort":
-        import ort_zero
         from ort_zero import settings
 
-        ort_zero.enable_zero3()
         settings.recompute_level_override = args.level
-    from ort_zero.distributed import init_distributed
-
-    rank, _ = init_distributed()
     config = {
         "train_micro_batch_size_per_gpu": args.batch,
-        "zero_optimization": ZERO3,
+        "zero_optimization": RELEASE_EARLY_ZERO3,
         "zero_force_ds_cpu_optimizer": False,
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
@@ -111,12 +101,7 @@ def main() -> None:
         with deepspeed.zero.GatheredParameters([param]):
             params.append(param.detach().flatten()[:64].tolist())
     result = {"held_mib": held_mib, "step_peak_mib": peak.stop(), "losses": losses, "params": params}
-    if args.mode == "ort":
-        from ort_zero.ort.inspection import ort_run_record
-
-        result["ort"] = ort_run_record(engine.module)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank{rank}.json").write_text(json.dumps(result))
+    write_result(args.out, rank, result, engine.module if args.mode == "ort" else None)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ run record)}}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ import deepspeed
 import torch
 import torch.utils.checkpoint
 from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+from rank_run import start, write_result
 from torch import nn
 
 VOCAB, WIDTH, LAYERS, STEPS = 32, 16, 3, 6
@@ -150,16 +150,9 @@ def main() -> None:
     parser.add_argument("--kind", choices=sorted(CHECKPOINTS), action="append", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if args.mode != "native":
-        import ort_zero
-
-        ort_zero.enable_zero3()
-    from ort_zero.distributed import init_distributed
-
-    rank, _ = init_distributed()
+    rank = start(args.mode)
     results = {kind: train(kind, args.mode, rank) for kind in args.kind}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank{rank}.json").write_text(json.dumps(results))
+    write_result(args.out, rank, results)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ DeepSpeed defines it. Writes `<out>/rank<r>.json`: {scenario: record}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ import deepspeed
 import torch
 import torch.nn.functional as F
 from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+from rank_run import start, write_result
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -215,13 +215,7 @@ def main() -> None:
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), action="append", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if args.mode != "native":
-        import ort_zero
-
-        ort_zero.enable_zero3()
-    from ort_zero.distributed import init_distributed
-
-    rank, _ = init_distributed()
+    rank = start(args.mode)
     results = {}
     for scenario in args.scenario:
         make_model, run = SCENARIOS[scenario]
@@ -245,8 +239,7 @@ def main() -> None:
 
             results[scenario]["ort"] = ort_run_record(engine.module)["training"]
         engine.destroy()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank{rank}.json").write_text(json.dumps(results))
+    write_result(args.out, rank, results)
 
 
 if __name__ == "__main__":

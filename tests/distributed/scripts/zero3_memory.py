@@ -5,12 +5,12 @@ held for the backward; run with MALLOC_MMAP_THRESHOLD_ low so that freed tensors
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import deepspeed
 import psutil
 import torch
+from rank_run import start, write_result
 
 from ort_zero.models.stack import RELEASE_EARLY_ZERO3, LinearStack
 
@@ -24,13 +24,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--local_rank", type=int, default=0)
     args = parser.parse_args()
-    if args.mode != "native":
-        import ort_zero
-
-        ort_zero.enable_zero3()
-    from ort_zero.distributed import init_distributed
-
-    rank, _ = init_distributed()
+    rank = start(args.mode)
     config = {
         "train_micro_batch_size_per_gpu": 4,
         "zero_optimization": RELEASE_EARLY_ZERO3,
@@ -59,12 +53,7 @@ def main() -> None:
         engine.step()
         losses.append(loss.item())
     result = {"held_mib": held_mib, "losses": losses, "partitioned_at_construction": partitioned}
-    if args.mode == "ort":
-        from ort_zero.ort.inspection import ort_run_record
-
-        result["ort"] = ort_run_record(engine.module)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank{rank}.json").write_text(json.dumps(result))
+    write_result(args.out, rank, result, engine.module if args.mode == "ort" else None)
 
 
 if __name__ == "__main__":
