@@ -19,6 +19,25 @@ def detached(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(t.detach() for t in tensors)
 
 
+def function_name(cls: type) -> str:
+    """The name ORT's exporter stores in a PythonOp's `func_name` for an autograd Function."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# PythonOps (Function name, integer arguments) whose outputs must be new tensors, not views of their inputs: ORT plans
+# no alias for the node before its YieldOp (`ort_zero.ort.yield_copies`).
+_RETURNING_COPIES: set[tuple[str, tuple[int, ...]]] = set()
+
+
+def return_copies(name: str, scalars: tuple[int, ...]) -> None:
+    """From now on the PythonOp of Function `name` called with integer arguments `scalars` returns copies."""
+    _RETURNING_COPIES.add((name, scalars))
+
+
+def returns_copies(function: type, *scalars: int) -> bool:
+    return (function_name(function), scalars) in _RETURNING_COPIES
+
+
 def remember_inputs(ctx: Any, tensors: tuple[torch.Tensor, ...], skip: int) -> None:
     """Keep what `input_grads` needs: which inputs want a gradient, and their shapes.
 
@@ -42,7 +61,8 @@ def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.
 # The shared parts of the Functions applied as `apply(key, *tensors)` that return their tensors and act by side
 # effect (ORT registers only direct subclasses of torch.autograd.Function, so they share functions, not a base):
 #     backward = staticmethod(keyed_backward); infer_shape = staticmethod(same_shapes)
-#     alias_input = staticmethod(keyed_alias_input); forward ends in `return passed_through(ctx, tensors)`
+#     alias_input = staticmethod(keyed_alias_input)
+#     forward ends in `return passed_through(ctx, tensors, returns_copies(TheFunction, key))`
 
 
 def keyed_backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
@@ -54,10 +74,11 @@ def keyed_alias_input(node_proto: bytes) -> tuple[list, list]:
     return alias_maps(node_proto, non_tensor_inputs=1)
 
 
-def passed_through(ctx: Any, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """The end of a keyed pass-through `forward`: remember what backward needs, return the tensors as new objects."""
+def passed_through(ctx: Any, tensors: tuple[torch.Tensor, ...], copies: bool = False) -> tuple[torch.Tensor, ...]:
+    """The end of a keyed pass-through `forward`: remember what backward needs, return the tensors as new objects
+    (copies when `copies`, see `returns_copies`)."""
     remember_inputs(ctx, tensors, skip=1)
-    return detached(tensors)
+    return tuple(t.detach().clone() for t in tensors) if copies else detached(tensors)
 
 
 def same_shapes(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:

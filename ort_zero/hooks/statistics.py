@@ -36,6 +36,7 @@ from .passthrough import (
     keyed_backward,
     passed_through,
     remember_inputs,
+    returns_copies,
     same_shapes,
 )
 from .subscriber import RunContext, SubscriberBase
@@ -220,7 +221,7 @@ class RecordStatistics(torch.autograd.Function):
         if not is_exporting():
             _SUBSCRIBERS[key].record_label(label, tensor)
         remember_inputs(ctx, (tensor,), skip=2)
-        return tensor.detach()
+        return tensor.detach().clone() if returns_copies(RecordStatistics, key, label) else tensor.detach()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[Any, ...]:
@@ -240,7 +241,7 @@ class EndStep(torch.autograd.Function):
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not is_exporting():
             _SUBSCRIBERS[key].finish_step()
-        return passed_through(ctx, tensors)
+        return passed_through(ctx, tensors, returns_copies(EndStep, key))
 
     backward = staticmethod(keyed_backward)
     infer_shape = staticmethod(same_shapes)

@@ -30,7 +30,15 @@ from onnx import helper
 from ..zero3 import state as zero3_state
 from ..zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge
 from ..zero3.state import fetched_params
-from .graph import func_name, ints_attribute, make_python_op, onnx_dtype, qualified_name, register_function
+from .graph import (
+    func_name,
+    ints_attribute,
+    is_zero3_graph,
+    make_python_op,
+    onnx_dtype,
+    qualified_name,
+    register_function,
+)
 from .training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 
 logger = logging.getLogger(__name__)
@@ -51,7 +59,7 @@ class BackwardGatherReport:
 def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
     """Apply the pass in place to a training graph of ort_zero's bridges; a graph without them is left alone."""
     report = BackwardGatherReport()
-    if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
+    if not is_zero3_graph(graph):
         return report
     view = TrainingGraphView(graph)
     origins = _forward_gathered(view)
@@ -111,7 +119,7 @@ def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
 def forward_gathered_reads(graph: onnx.GraphProto) -> list[str]:
     """Backward reads of forward-gathered parameters or their views ("node <- value"): each keeps a gathered copy
     alive from the forward to the backward. Empty after `regather_for_backward`, unless it reported reads it kept."""
-    if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
+    if not is_zero3_graph(graph):
         return []
     view = TrainingGraphView(graph)
     origins = _forward_gathered(view)

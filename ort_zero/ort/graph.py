@@ -8,13 +8,10 @@ import onnx
 import torch
 from onnx import helper
 
+from ..hooks.passthrough import function_name as qualified_name
+
 PYTHON_OP = "PythonOp"
 MS_DOMAIN = "com.microsoft"
-
-
-def qualified_name(cls: type) -> str:
-    """The name ORT's exporter stores in a PythonOp's `func_name` for an autograd Function."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def onnx_dtype(dtype: torch.dtype) -> int:
@@ -30,6 +27,13 @@ def func_name(node: onnx.NodeProto) -> str | None:
         if attribute.name == "func_name":
             return attribute.s.decode()
     return None
+
+
+def is_zero3_graph(graph: onnx.GraphProto) -> bool:
+    """A graph of ort_zero's ZeRO-3 export: its modules gather through PreForwardBridge."""
+    from ..zero3.bridges import PreForwardBridge
+
+    return any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node)
 
 
 def python_ops(graph: onnx.GraphProto, name: str) -> list[onnx.NodeProto]:

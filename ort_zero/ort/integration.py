@@ -16,14 +16,15 @@ from typing import Any
 import torch
 
 from .. import settings
-from ..zero3.bridges import PreForwardBridge
+from . import memory_reuse
 from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
 from .grad_reuse import declare_passthrough_grad_reuse
-from .graph import func_name, qualified_name, register_function
+from .graph import is_zero3_graph, register_function
 from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
 from .recompute import recompute_regions
+from .yield_copies import copy_forward_outputs
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ def graph_optimizers(original: Any) -> Any:
     def optimize_all(cls: type, module_name: str, device: str, graph: Any) -> None:
         original.__get__(None, cls)(module_name, device, graph)
         declare_passthrough_grad_reuse(graph)
+        if memory_reuse.allowed(graph):
+            copy_forward_outputs(graph)
         report = regather_for_backward(graph)
         if report.regathers:
             logger.info(
@@ -106,8 +109,11 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
     def _create_execution_agent(self: Any) -> None:
         options = self._runtime_options
         model = self._onnx_models.optimized_model
-        zero3 = model is not None and any(func_name(n) == qualified_name(PreForwardBridge) for n in model.graph.node)
-        if zero3 and (options.memory_optimization_level or options.memory_optimizer_config_file_path):
+        if (
+            model is not None
+            and is_zero3_graph(model.graph)
+            and (options.memory_optimization_level or options.memory_optimizer_config_file_path)
+        ):
             if options.memory_optimization_level == 0:
                 logger.warning(
                     "ort_zero: ORTMODULE_MEMORY_OPT_CONFIG plans are not applied to a ZeRO-3 model (they would read "
@@ -209,8 +215,10 @@ def loud_fallback(original: Callable) -> Callable:
     return fallback
 
 
-def session_threads(original: Callable) -> Callable:
+def session_options(original: Callable) -> Callable:
     """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
+    And it builds every session without memory reuse, which a ZeRO-3 training graph gets back where it is safe
+    (`ort_zero.ort.memory_reuse`).
 
     With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
     two, so a process's memory shows neither what a step needs nor what a memory optimization saves."""
@@ -221,6 +229,9 @@ def session_threads(original: Callable) -> Callable:
         session_options.intra_op_num_threads = threads_per_rank()
         if os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "1") == "0":
             session_options.enable_cpu_mem_arena = False
+        model = self._onnx_models.optimized_model
+        if self._export_mode == torch.onnx.TrainingMode.TRAINING and model is not None:
+            memory_reuse.enable(session_options, model.graph)
         return session_options, providers, provider_options
 
     return _get_session_config
