@@ -1,12 +1,13 @@
 """ORT's layer-wise recompute under ZeRO-3 (ORTMODULE_MEMORY_OPT_LEVEL 1 and 2), ort_zero's own pass.
 
 The small GPT (4 blocks, 2 CPU ranks, ZeRO-3 releasing as early as DeepSpeed allows) in ORT at levels 0, 1 and 2:
-the same losses and parameters as level 0 (which the parity tests hold to native DeepSpeed), every block
-recomputed (the run record lists the layers and plans), no backward read of a parameter gathered in the forward,
-and less left allocated for the backward after the forward than at level 0. With dropout on, the recomputed
+the same losses and parameters as level 0 (which the parity tests hold to native DeepSpeed), every block recomputed
+(the run record lists the layers and plans), no backward read of a parameter gathered in the forward, and less left
+allocated for the backward after the forward than at level 0. ORT's memory reuse (which ort_zero turns on for ZeRO-3
+graphs) changes no loss, parameter or gradient and lowers level 1's step peak. With dropout on, the recomputed
 Dropout must draw the forward's mask: levels 0 and 1 (both with ort_zero's fixed per-node dropout seeds) then train
-identically, which a different mask breaks (checked by giving the copies another seed). Memory is RSS with ORT's
-CPU arena off (ORT_ZERO_CPU_MEM_ARENA=0) and MALLOC_MMAP_THRESHOLD_ low, so that freed tensors leave RSS at once.
+identically, which a different mask breaks (checked by giving the copies another seed). Memory is RSS with ORT's CPU
+arena off (ORT_ZERO_CPU_MEM_ARENA=0) and MALLOC_MMAP_THRESHOLD_ low, so that freed tensors leave RSS at once.
 """
 
 from __future__ import annotations
@@ -21,23 +22,26 @@ LAYERS = 4
 ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "ORT_ZERO_CPU_MEM_ARENA": "0"}
 
 
-def train(out: Path, mode: str, level: int = 0, dropout: float = 0.0) -> list[dict]:
+def train(out: Path, mode: str, level: int = 0, dropout: float = 0.0, memory_reuse: bool = True) -> list[dict]:
     args = ["--mode", mode, "--level", str(level), "--layers", str(LAYERS), "--seq", "256", "--steps", "3"]
     args += ["--dropout", str(dropout), "--out", str(out)]
-    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=420, env=ENV, cwd=out.parent)
+    env = {**ENV, "ORT_ZERO_MEMORY_REUSE": "1" if memory_reuse else "0"}
+    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=420, env=env, cwd=out.parent)
     return read_rank_results(out)
 
 
 def assert_same_training(result: dict, reference: dict, rel: float) -> None:
     assert result["losses"] == pytest.approx(reference["losses"], rel=rel)
-    for param, expected in zip(result["params"], reference["params"], strict=True):
-        assert param == pytest.approx(expected, rel=rel, abs=1e-6)
+    for values in ("params", "grads"):
+        for got, expected in zip(result[values], reference[values], strict=True):
+            assert got == pytest.approx(expected, rel=rel, abs=1e-7), values
 
 
 def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Path) -> None:
     level0 = train(tmp_path / "level0", "ort", level=0)
     level1 = train(tmp_path / "level1", "ort", level=1)
     level2 = train(tmp_path / "level2", "ort", level=2)
+    level1_without_reuse = train(tmp_path / "level1_without_reuse", "ort", level=1, memory_reuse=False)
 
     blocks = {f"blocks.{i}" for i in range(LAYERS)}
     for rank in range(2):
@@ -57,6 +61,13 @@ def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Pat
         held0, held1 = min(level0[rank]["held_mib"][1:]), max(level1[rank]["held_mib"][1:])
         assert held1 < 0.85 * held0, (
             f"rank {rank}: level 1 leaves {held1:.0f} MiB after the forward, level 0 {held0:.0f}"
+        )
+        # ORT's memory reuse (ORTModule turns it off; ort_zero on for ZeRO-3 graphs): the same numbers, a lower peak
+        assert_same_training(level1[rank], level1_without_reuse[rank], rel=1e-6)
+        peak, peak_without_reuse = level1[rank]["step_peak_mib"], level1_without_reuse[rank]["step_peak_mib"]
+        assert peak < 0.7 * peak_without_reuse, (
+            f"rank {rank}: level 1 peaks {peak:.0f} MiB above the step's start with memory reuse, "
+            f"{peak_without_reuse:.0f} without"
         )
 
 

@@ -1,7 +1,8 @@
 """Train the small GPT with ZeRO-3 on this rank: native DeepSpeed (optionally checkpointing every block with
 torch.utils.checkpoint) or in ORT through ort_zero at a recompute level. Writes `<out>/rank<r>.json`: per step the
 loss and the RSS the forward left allocated (what is held for the backward: activations and gathered parameters;
-run with MALLOC_MMAP_THRESHOLD_ low so that freed tensors leave RSS), the final parameters, and ORT's run record."""
+run with MALLOC_MMAP_THRESHOLD_ low so that freed tensors leave RSS), the step peak, the last step's reduced
+gradients, the final parameters, and ORT's run record."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import deepspeed
 import psutil
 import torch
 import torch.utils.checkpoint
+from deepspeed.utils import safe_get_full_grad
 from rank_run import start, write_result
 
 from ort_zero.models.gpt import GPT, GPTConfig
@@ -94,13 +96,15 @@ def main() -> None:
         loss = engine(input_ids=ids[:, :-1], labels=ids[:, 1:])["loss"]
         held_mib.append((process.memory_info().rss - before) / 2**20)
         engine.backward(loss)
+        if step == args.steps - 1:  # the gradients DeepSpeed reduced (before the step), per parameter in model order
+            grads = [safe_get_full_grad(param).flatten()[:64].tolist() for param in engine.module.parameters()]
         engine.step()
         losses.append(loss.item())
     params = []  # in model order: ORTModule prefixes the names
     for param in engine.module.parameters():
         with deepspeed.zero.GatheredParameters([param]):
             params.append(param.detach().flatten()[:64].tolist())
-    result = {"held_mib": held_mib, "step_peak_mib": peak.stop(), "losses": losses, "params": params}
+    result = {"held_mib": held_mib, "step_peak_mib": peak.stop(), "losses": losses, "params": params, "grads": grads}
     write_result(args.out, rank, result, engine.module if args.mode == "ort" else None)
 
 
