@@ -27,6 +27,6 @@ def recompute_level() -> int:
     return int(raw)
 
 
-# ORT reuses freed buffers in a ZeRO-3 training session (`ort_zero.ort.memory_reuse` turns it on): the bridges then
+# ORT reuses freed buffers in a ZeRO-3 training session (`ort_zero.ort.memory_reuse`, opt-in): the bridges then
 # hand ORT copies of tensors PyTorch still owns, and DeepSpeed copies of gradients.
 ort_memory_reuse = False

@@ -12,7 +12,11 @@ may overwrite once reuse is on (`settings.ort_memory_reuse`):
 - everything else they return is either new (ORT owns it alone) or a view ORT knows of (their alias maps), except
   before ORT's YieldOp, where ORT plans no alias: there they return copies (`yield_copies`).
 A graph with anybody else's autograd Function keeps ORTModule's setting, and ort_zero says so.
-ORT_ZERO_MEMORY_REUSE=0 keeps reuse off (for comparisons).
+
+Opt-in (ORT_ZERO_MEMORY_REUSE=1) while two measured costs stand: the parameter copies are held until the backward
+(ORT keeps its PythonOps' outputs until then: a Linear stack held 128 MiB per rank between forward and backward
+against native's 8), and a model whose checkpoints became ort_zero's recompute aborted on its first ORT step
+(tests/distributed/scripts/run_zero3_checkpointing.py, not yet diagnosed).
 """
 
 from __future__ import annotations
@@ -58,8 +62,8 @@ def foreign_functions(graph: onnx.GraphProto) -> list[str]:
 
 def allowed(graph: onnx.GraphProto) -> bool:
     """Whether ORT may reuse memory in this training graph: a ZeRO-3 graph of ort_zero's own PythonOps only (and
-    not turned off with ORT_ZERO_MEMORY_REUSE=0). A graph with other Functions is announced once."""
-    if os.environ.get("ORT_ZERO_MEMORY_REUSE", "1") == "0" or not is_zero3_graph(graph):
+    asked for with ORT_ZERO_MEMORY_REUSE=1). A graph with other Functions is announced once."""
+    if os.environ.get("ORT_ZERO_MEMORY_REUSE", "0") != "1" or not is_zero3_graph(graph):
         return False
     foreign = foreign_functions(graph)
     if foreign and tuple(foreign) not in _announced:

@@ -37,7 +37,7 @@ ZERO3 = (qualified_name(PreForwardBridge), qualified_name(PostForwardBridge))
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("ORT_ZERO_MEMORY_REUSE", raising=False)
+    monkeypatch.setenv("ORT_ZERO_MEMORY_REUSE", "1")
     monkeypatch.setattr(settings, "ort_memory_reuse", False)
     monkeypatch.setattr(memory_reuse, "_announced", set())
     yield
@@ -69,4 +69,6 @@ def test_graphs_without_zero3_and_the_switch_keep_ortmodules_setting(monkeypatch
     assert not memory_reuse.allowed(graph(qualified_name(PostForwardBridge)))  # no gathering: not ZeRO-3
     assert not memory_reuse.allowed(graph())
     monkeypatch.setenv("ORT_ZERO_MEMORY_REUSE", "0")
+    assert not memory_reuse.allowed(graph(*ZERO3))
+    monkeypatch.delenv("ORT_ZERO_MEMORY_REUSE")  # opt-in
     assert not memory_reuse.allowed(graph(*ZERO3))
