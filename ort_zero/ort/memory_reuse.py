@@ -2,8 +2,8 @@
 
 ORTModule builds every session with `enable_mem_reuse=False`, because a PythonOp's torch code may keep tensors that
 ORT's planner believes dead (ORT would write later values into them). Without reuse ORT's planner still frees
-values, but hands no freed buffer on: measured, a ZeRO-3 step with ort_zero's layer-wise recompute peaked at 326 MiB
-per rank with reuse off against 87 MiB with it on (small GPT, 8 blocks, CPU arena off).
+values, but hands no freed buffer on: measured, a ZeRO-3 step with ort_zero's layer-wise recompute peaked at 330 MiB
+per rank with reuse off against 131 MiB with it on (small GPT, 8 blocks, CPU arena off).
 
 ort_zero turns reuse on for a ZeRO-3 training graph whose PythonOps are all ort_zero's own, which keep nothing ORT
 may overwrite once reuse is on (`settings.ort_memory_reuse`):

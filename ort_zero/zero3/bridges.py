@@ -205,7 +205,8 @@ class RecomputeParamsBridge(torch.autograd.Function):
         if partitioned:
             partitioned[0].all_gather(param_list=partitioned)
         # ORT's references keep the gathered storage alive; what DeepSpeed keeps gathered, ORT gets a copy of
-        full = tuple(p.detach() if any(p is q for q in partitioned) else handed_to_ort(p) for p in params)
+        gathered_here = {id(p) for p in partitioned}
+        full = tuple(p.detach() if id(p) in gathered_here else handed_to_ort(p) for p in params)
         if partitioned:
             partitioned[0].partition(param_list=partitioned, has_been_updated=False)
         return full
