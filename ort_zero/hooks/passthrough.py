@@ -1,11 +1,18 @@
 """What every pass-through autograd Function in ort_zero needs, so that it also works as an ONNX Runtime PythonOp.
 
 ort_zero's Functions (ZeRO-3 bridges, statistics recorders) return their tensor inputs unchanged and act only by
-side effect. Exported by ORTModule they become PythonOps, which imposes three rules kept here in one place:
-outputs are new tensor objects (detached views), every input that wants a gradient gets one (ORT's gradient Sum
-nodes fail on a missing one, so an output that got no gradient contributes zeros), and ORT's shape inference is
-told that outputs have the inputs' shapes and types. ORT is also told which outputs share their input's memory
-(`alias_maps`): otherwise it copies every such output, at every module boundary.
+side effect. Exported by ORTModule they become PythonOps, which imposes rules kept here in one place: outputs are
+new tensor objects, every input that wants a gradient gets one (ORT's gradient Sum nodes fail on a missing one, so
+an output that got no gradient contributes zeros), and ORT's shape inference is told that outputs have the inputs'
+shapes and types. ORT is also told which outputs share their input's memory (`alias_maps`), so that it plans them
+in the input's buffer instead of copying each one at every module boundary.
+
+Who owns that memory differs between PyTorch and ORT. In PyTorch an output is a view that keeps its input's memory
+alive, as any view does. In an ORT training graph ORT's buffer plan must be the only owner: ORT frees a buffer after
+the last reader of every value planned in it, but never releases a value planned in another's buffer, so a view
+that owned its memory would keep every activation crossing a module boundary alive until the backward ends
+(`ort_zero.ort.passthrough_buffers`). There ORT runs the Functions in its unsafe mode (a plain object as ctx, no
+autograd) and they return `borrowed` views, or copies where ORT plans an output in a buffer of its own.
 """
 
 from __future__ import annotations
@@ -15,54 +22,91 @@ from typing import Any
 import torch
 
 
-def detached(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    return tuple(t.detach() for t in tensors)
-
-
 def function_name(cls: type) -> str:
     """The name ORT's exporter stores in a PythonOp's `func_name` for an autograd Function."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-# PythonOps (Function name, integer arguments) whose outputs must be new tensors, not views of their inputs: ORT plans
-# no alias for the node before its YieldOp (`ort_zero.ort.yield_copies`).
-_RETURNING_COPIES: set[tuple[str, tuple[int, ...]]] = set()
+# Set by `ort_zero.ort.passthrough_buffers` from ORT's plan of a training graph, per PythonOp (Function name,
+# integer arguments): the ones whose outputs ORT plans in buffers of their own (they return copies), and for each
+# PythonOp the tensor inputs whose gradient ORT plans in the output gradient's buffer (they return borrowed views).
+_COPIED_OUTPUTS: set[tuple[str, tuple[int, ...]]] = set()
+_BORROWED_GRADS: dict[tuple[str, tuple[int, ...]], frozenset[int]] = {}
 
 
-def return_copies(name: str, scalars: tuple[int, ...]) -> None:
+def copy_outputs(name: str, scalars: tuple[int, ...]) -> None:
     """From now on the PythonOp of Function `name` called with integer arguments `scalars` returns copies."""
-    _RETURNING_COPIES.add((name, scalars))
+    _COPIED_OUTPUTS.add((name, scalars))
 
 
-def returns_copies(function: type, *scalars: int) -> bool:
-    return (function_name(function), scalars) in _RETURNING_COPIES
+def borrow_grads(name: str, scalars: tuple[int, ...], tensor_inputs: frozenset[int]) -> None:
+    """Under ORT, the PythonOp's gradients for these tensor inputs are borrowed views of its output gradients."""
+    _BORROWED_GRADS[(name, scalars)] = tensor_inputs
 
 
-def remember_inputs(ctx: Any, tensors: tuple[torch.Tensor, ...], skip: int) -> None:
-    """Keep what `input_grads` needs: which inputs want a gradient, and their shapes.
+def runs_in_ort(ctx: Any) -> bool:
+    """Whether ORT runs this call as a PythonOp of a training graph: it passes a plain object, not autograd's ctx."""
+    return not isinstance(ctx, torch.autograd.function.FunctionCtx)
 
-    `skip` counts the non-tensor arguments before `tensors` in the Function's `forward`.
-    """
-    ctx.set_materialize_grads(False)
+
+def begin(ctx: Any, *args: Any) -> None:
+    """The start of every `forward`: under ORT, `ctx` gets the `needs_input_grad` autograd would give it."""
+    if runs_in_ort(ctx):
+        ctx.needs_input_grad = tuple(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args)
+
+
+def borrowed(tensor: torch.Tensor) -> torch.Tensor:
+    """A view of `tensor`'s memory that does not keep the memory alive (ORT's buffer plan owns it)."""
+    if tensor.numel() == 0:
+        return tensor.detach()
+    storage = tensor.untyped_storage()
+    unowned = torch._C._construct_storage_from_data_pointer(storage.data_ptr(), tensor.device, storage.nbytes())
+    view = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    return view.set_(unowned, tensor.storage_offset(), tensor.size(), tensor.stride())
+
+
+def passed_through(
+    ctx: Any, function: type, scalars: tuple[int, ...], tensors: tuple[torch.Tensor, ...]
+) -> tuple[torch.Tensor, ...]:
+    """The pass-through outputs of `function(*scalars, *tensors)`, remembering what its backward needs."""
+    key = (function_name(function), scalars)
+    in_ort = runs_in_ort(ctx)
+    if not in_ort:
+        ctx.set_materialize_grads(False)
     ctx.input_meta = [
         (t.shape, t.dtype, t.device) if wanted else None
-        for t, wanted in zip(tensors, ctx.needs_input_grad[skip:], strict=False)
+        for t, wanted in zip(tensors, ctx.needs_input_grad[len(scalars) :], strict=False)
     ]
+    ctx.borrowed_grads = _BORROWED_GRADS.get(key, frozenset()) if in_ort else None
+    if key in _COPIED_OUTPUTS:
+        return tuple(t.detach().clone() for t in tensors)
+    return tuple(borrowed(t) if in_ort else t.detach() for t in tensors)
 
 
 def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.Tensor | None]:
-    """The output gradients passed through to the inputs, with zeros where an output got none."""
-    return [
-        torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if grad is None and meta is not None else grad
-        for grad, meta in zip(grads, ctx.input_meta, strict=False)
-    ]
+    """The output gradients passed through to the inputs, with zeros where an output got none.
+
+    Under ORT every gradient is a tensor (ORT makes zeros for the missing ones, shaped as at its first run, so a
+    shape that differs from this call's marks one), and one ORT plans in its own buffer is copied.
+    """
+    result: list[torch.Tensor | None] = []
+    for index, (grad, meta) in enumerate(zip(grads, ctx.input_meta, strict=False)):
+        if ctx.borrowed_grads is None:
+            result.append(torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if grad is None and meta else grad)
+        elif meta is None:
+            result.append(None)
+        elif grad is None or grad.shape != meta[0]:
+            result.append(torch.zeros(meta[0], dtype=meta[1], device=meta[2]))
+        else:
+            result.append(borrowed(grad) if index in ctx.borrowed_grads else grad.clone())
+    return result
 
 
 # The shared parts of the Functions applied as `apply(key, *tensors)` that return their tensors and act by side
 # effect (ORT registers only direct subclasses of torch.autograd.Function, so they share functions, not a base):
 #     backward = staticmethod(keyed_backward); infer_shape = staticmethod(same_shapes)
 #     alias_input = staticmethod(keyed_alias_input)
-#     forward ends in `return passed_through(ctx, tensors, returns_copies(TheFunction, key))`
+#     forward starts with `begin(ctx, key, *tensors)`, ends in `return passed_through(ctx, TheFunction, (key,), tensors)`
 
 
 def keyed_backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
@@ -74,13 +118,6 @@ def keyed_alias_input(node_proto: bytes) -> tuple[list, list]:
     return alias_maps(node_proto, non_tensor_inputs=1)
 
 
-def passed_through(ctx: Any, tensors: tuple[torch.Tensor, ...], copies: bool = False) -> tuple[torch.Tensor, ...]:
-    """The end of a keyed pass-through `forward`: remember what backward needs, return the tensors as new objects
-    (copies when `copies`, see `returns_copies`)."""
-    remember_inputs(ctx, tensors, skip=1)
-    return tuple(t.detach().clone() for t in tensors) if copies else detached(tensors)
-
-
 def same_shapes(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
     """ORT shape inference for a pass-through PythonOp: outputs as inputs."""
     return shapes, dtypes
@@ -88,12 +125,12 @@ def same_shapes(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
 
 def alias_maps(node_proto: bytes, non_tensor_inputs: int, passed_through: int | None = None) -> tuple[list, list]:
     """ORT input-alias maps for a PythonOp whose first `passed_through` tensor outputs are views of its first tensor
-    inputs (all of them when None), so that ORT plans them as reused buffers instead of copying each one.
+    inputs (all of them when None), so that ORT plans them in their inputs' buffers instead of copying each one.
 
     Forward map: one entry per output (ORT's context output excluded), the index of the argument it shares memory
     with among all `forward` arguments (non-tensor ones first, as in the signature), or -1. Backward map: all -1
-    here; which output gradients exist is known only in the gradient graph, where `ort_zero.ort.grad_reuse` sets
-    the gradient nodes' reuse so that each passed-through gradient is handed back without a copy.
+    here; which output gradients exist is known only in the gradient graph, where
+    `ort_zero.ort.passthrough_buffers` plans each passed-through gradient in its output gradient's buffer.
     """
     import onnx
 

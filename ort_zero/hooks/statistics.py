@@ -31,12 +31,11 @@ from .export_mode import is_exporting
 from .nested import flatten
 from .passthrough import (
     alias_maps,
+    begin,
     input_grads,
     keyed_alias_input,
     keyed_backward,
     passed_through,
-    remember_inputs,
-    returns_copies,
     same_shapes,
 )
 from .subscriber import RunContext, SubscriberBase
@@ -218,10 +217,10 @@ class RecordStatistics(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, label: int, tensor: torch.Tensor) -> torch.Tensor:
+        begin(ctx, key, label, tensor)
         if not is_exporting():
             _SUBSCRIBERS[key].record_label(label, tensor)
-        remember_inputs(ctx, (tensor,), skip=2)
-        return tensor.detach().clone() if returns_copies(RecordStatistics, key, label) else tensor.detach()
+        return passed_through(ctx, RecordStatistics, (key, label), (tensor,))[0]
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[Any, ...]:
@@ -239,9 +238,10 @@ class EndStep(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        begin(ctx, key, *tensors)
         if not is_exporting():
             _SUBSCRIBERS[key].finish_step()
-        return passed_through(ctx, tensors, returns_copies(EndStep, key))
+        return passed_through(ctx, EndStep, (key,), tensors)
 
     backward = staticmethod(keyed_backward)
     infer_shape = staticmethod(same_shapes)

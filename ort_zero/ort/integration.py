@@ -20,11 +20,10 @@ from . import memory_reuse
 from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
-from .grad_reuse import declare_passthrough_grad_reuse
 from .graph import is_zero3_graph, register_function
 from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
+from .passthrough_buffers import plan_passthrough_buffers
 from .recompute import recompute_regions
-from .yield_copies import copy_forward_outputs
 from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
 
 logger = logging.getLogger(__name__)
@@ -67,9 +66,6 @@ def graph_optimizers(original: Any) -> Any:
 
     def optimize_all(cls: type, module_name: str, device: str, graph: Any) -> None:
         original.__get__(None, cls)(module_name, device, graph)
-        declare_passthrough_grad_reuse(graph)
-        if memory_reuse.allowed(graph):
-            copy_forward_outputs(graph)
         report = regather_for_backward(graph)
         if report.regathers:
             logger.info(
@@ -94,6 +90,14 @@ def graph_optimizers(original: Any) -> Any:
                 "ort_zero: ORTMODULE_MEMORY_OPT_LEVEL=%d but nothing was recomputed: the model has no layers "
                 "(children of a ModuleList/Sequential of like modules) whose backward reads their activations",
                 recomputed.level,
+            )
+        buffers = plan_passthrough_buffers(graph)
+        if buffers.python_ops:
+            logger.info(
+                "ort_zero: %d PythonOps return views ORT's buffers own (%d gradients; outputs copied: %s)",
+                buffers.python_ops,
+                buffers.borrowed_grads,
+                ", ".join(buffers.copied_outputs) or "none",
             )
 
     return classmethod(optimize_all)

@@ -34,9 +34,10 @@ class StepStartBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        passthrough.begin(ctx, key, *tensors)
         if not is_exporting():
             zero3_state.lookup(key).offload.get_param_coordinator().reset_step()
-        return passthrough.passed_through(ctx, tensors, passthrough.returns_copies(StepStartBridge, key))
+        return passthrough.passed_through(ctx, StepStartBridge, (key,), tensors)
 
     backward = staticmethod(passthrough.keyed_backward)
     infer_shape = staticmethod(passthrough.same_shapes)
@@ -54,17 +55,17 @@ class PreForwardBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, input_count: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        passthrough.begin(ctx, key, input_count, *tensors)
         module_state = zero3_state.lookup(key)
         ctx.key, ctx.input_count = key, input_count
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
-        passthrough.remember_inputs(ctx, tensors[:input_count], skip=2)
         if not is_exporting():
             # Counted afresh at every forward, as DeepSpeed does: a checkpoint's recompute forward (whose graph no
             # backward runs) or a forward whose backward was cut short must not leave a count nothing takes away.
             module_state.grads_remaining = 1 if ctx.counted else 0
             module_state.offload.pre_sub_module_forward_function(module_state.module)
-        outputs = passthrough.detached(tensors[:input_count])
+        outputs = passthrough.passed_through(ctx, PreForwardBridge, (key, input_count), tensors[:input_count])
         if ctx.placeholders:
             params = module_state.bridged_params()
             if len(params) != len(ctx.placeholders):
@@ -121,6 +122,7 @@ class PostForwardBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        passthrough.begin(ctx, key, *tensors)
         module_state = zero3_state.lookup(key)
         ctx.key = key
         ctx.counted = any(ctx.needs_input_grad[1:])
@@ -128,7 +130,7 @@ class PostForwardBridge(torch.autograd.Function):
             release_after_forward(module_state)
             if ctx.counted:
                 module_state.pending_pre_backward += 1
-        return passthrough.passed_through(ctx, tensors, passthrough.returns_copies(PostForwardBridge, key))
+        return passthrough.passed_through(ctx, PostForwardBridge, (key,), tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
