@@ -9,8 +9,7 @@ and without memory-efficient gradients, side by side in one run.
         # memory a rank needs grows with depth (MALLOC_MMAP_THRESHOLD_=65536, so freed tensors leave RSS at once)
     .venv/bin/python benchmarks/bench_zero3.py --sweep-gpt-depth 4 8 16 --seq-len 512 --micro-batch 1
         # the GPT at each depth, where activations dominate: ORT's recompute (ort-z3-l1, ort-z3-l2) against native
-        # ZeRO-3 with torch.utils.checkpoint on every block (native-z3-ckpt, the baseline of the ratios); ORT with its
-        # memory reuse (ORT_ZERO_MEMORY_REUSE=1), level 1 also without it (ort-z3-l1-noreuse); freed
+        # ZeRO-3 with torch.utils.checkpoint on every block (native-z3-ckpt, the baseline of the ratios); freed
         # memory leaves RSS at once in torch (MALLOC_MMAP_THRESHOLD_) and in ORT (its CPU arena off)
 
 Each configuration runs under torchrun on 2 local ranks (gloo on CPU). Reported per configuration: the median step
@@ -45,18 +44,15 @@ CONFIGS = {
     "ort-z3": ["--mode", "ort", "--stage", "3"],
     "ort-z3-l1": ["--mode", "ort", "--stage", "3"],
     "ort-z3-l2": ["--mode", "ort", "--stage", "3"],
-    "ort-z3-l1-noreuse": ["--mode", "ort", "--stage", "3"],
     "native-z2": ["--mode", "native", "--stage", "2"],
     "ort-z2": ["--mode", "ort", "--stage", "2"],
     "ort-z2-memgrad": ["--mode", "ort", "--stage", "2", "--mem-grads"],
 }
 # ORTMODULE_MEMORY_OPT_LEVEL in the worker's environment; "0" for every other configuration, so that a value in the
 # caller's environment cannot change what a configuration means.
-MEMORY_OPT_LEVEL = {"ort-z3-l1": "1", "ort-z3-l2": "2", "ort-z3-l1-noreuse": "1"}
-# ORT_ZERO_MEMORY_REUSE (opt-in): the GPT sweep runs ORT with memory reuse except in "-noreuse"; other runs without.
-MEMORY_REUSE = {"ort-z3-l1-noreuse": "0"}
+MEMORY_OPT_LEVEL = {"ort-z3-l1": "1", "ort-z3-l2": "2"}
 DEFAULT_CONFIGS = ["native-z3", "torch-z3", "ort-z3", "native-z2", "ort-z2", "ort-z2-memgrad"]
-RECOMPUTE_CONFIGS = ["native-z3", "native-z3-ckpt", "ort-z3", "ort-z3-l1", "ort-z3-l2", "ort-z3-l1-noreuse"]
+RECOMPUTE_CONFIGS = ["native-z3", "native-z3-ckpt", "ort-z3", "ort-z3-l1", "ort-z3-l2"]
 FREED_AT_ONCE = {"MALLOC_MMAP_THRESHOLD_": "65536"}  # large freed blocks go back to the OS: RSS follows live tensors
 
 
@@ -134,7 +130,6 @@ def run_configs(args: argparse.Namespace, model_args: list[str], env: dict[str, 
                 run_env = dict(os.environ, DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu"), **env)
                 run_env.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", TORCH_WARM_POOL="0")
                 run_env["ORTMODULE_MEMORY_OPT_LEVEL"] = MEMORY_OPT_LEVEL.get(name, "0")
-                run_env["ORT_ZERO_MEMORY_REUSE"] = MEMORY_REUSE.get(name, "1" if args.sweep_gpt_depth else "0")
                 result = subprocess.run(command, capture_output=True, text=True, env=run_env, timeout=1800)
                 if result.returncode != 0:
                     raise SystemExit(f"{name}: FAILED\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")

@@ -130,10 +130,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "session_options",
         "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
         "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
-        "share of the cores. ORTModule also turns ORT's memory reuse off for every session; with "
-        "ORT_ZERO_MEMORY_REUSE=1 a ZeRO-3 training graph of ort_zero's own PythonOps gets it back (measured: "
-        "step peak 131 vs 330 MiB per rank with recompute). ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off "
-        "(memory measurements).",
+        "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
     ),
 ]:
     register(

@@ -25,8 +25,3 @@ def recompute_level() -> int:
     if raw not in {str(level) for level in RECOMPUTE_LEVELS}:
         raise ValueError(f"ORTMODULE_MEMORY_OPT_LEVEL={raw!r}: use 0 (off), 1 (layer-wise recompute) or 2")
     return int(raw)
-
-
-# ORT reuses freed buffers in a ZeRO-3 training session (`ort_zero.ort.memory_reuse`, opt-in): the bridges then
-# hand ORT copies of tensors PyTorch still owns, and DeepSpeed copies of gradients.
-ort_memory_reuse = False

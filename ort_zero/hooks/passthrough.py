@@ -106,7 +106,7 @@ def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.
 # effect (ORT registers only direct subclasses of torch.autograd.Function, so they share functions, not a base):
 #     backward = staticmethod(keyed_backward); infer_shape = staticmethod(same_shapes)
 #     alias_input = staticmethod(keyed_alias_input)
-#     forward starts with `begin(ctx, key, *tensors)`, ends in `return passed_through(ctx, TheFunction, (key,), tensors)`
+#     forward: `begin(ctx, key, *tensors)` first, `return passed_through(ctx, TheFunction, (key,), tensors)` last
 
 
 def keyed_backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:

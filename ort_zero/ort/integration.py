@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from .. import settings
-from . import memory_reuse
 from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
@@ -221,8 +220,6 @@ def loud_fallback(original: Callable) -> Callable:
 
 def session_options(original: Callable) -> Callable:
     """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
-    And it builds every session without memory reuse, which a ZeRO-3 training graph gets back where it is safe
-    (`ort_zero.ort.memory_reuse`).
 
     With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
     two, so a process's memory shows neither what a step needs nor what a memory optimization saves."""
@@ -233,9 +230,6 @@ def session_options(original: Callable) -> Callable:
         session_options.intra_op_num_threads = threads_per_rank()
         if os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "1") == "0":
             session_options.enable_cpu_mem_arena = False
-        model = self._onnx_models.optimized_model
-        if self._export_mode == torch.onnx.TrainingMode.TRAINING and model is not None:
-            memory_reuse.enable(session_options, model.graph)
         return session_options, providers, provider_options
 
     return _get_session_config

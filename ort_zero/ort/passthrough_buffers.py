@@ -46,7 +46,9 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
     """Fix how ort_zero's PythonOps in `graph` return their tensors (see the module docstring)."""
     forward = [node for node in graph.node if _traced_own_python_op(node)]
     by_ctx = {node.output[0]: node for node in forward}
-    gradient = [node for node in graph.node if node.op_type == "PythonOpGrad" and node.input and node.input[0] in by_ctx]
+    gradient = [
+        node for node in graph.node if node.op_type == "PythonOpGrad" and node.input and node.input[0] in by_ctx
+    ]
     for node in (*forward, *gradient):
         _set_int_attribute(node, "safe_run_mode", 0)
     plan = BufferPlan(python_ops=len(forward))

@@ -24,7 +24,6 @@ from deepspeed.runtime.zero import parameter_offload
 from deepspeed.runtime.zero.partition_parameters import register_external_parameter, unregister_external_parameter
 from deepspeed.utils import z3_leaf_module
 
-from .. import settings
 from ..hooks import is_exporting, passthrough
 from . import state as zero3_state
 
@@ -73,7 +72,7 @@ class PreForwardBridge(torch.autograd.Function):
                     f"ort_zero: module {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) was "
                     f"exported with {len(ctx.placeholders)} partitioned parameters but now has {len(params)}"
                 )
-            outputs += tuple(handed_to_ort(p).requires_grad_(p.requires_grad) for p in params)
+            outputs += tuple(p.detach().requires_grad_(p.requires_grad) for p in params)
         return outputs
 
     @staticmethod
@@ -83,8 +82,7 @@ class PreForwardBridge(torch.autograd.Function):
         if param_grads:
             for param, grad in zip(module_state.bridged_params(), param_grads, strict=False):
                 if grad is not None and param.requires_grad:
-                    # DeepSpeed may keep the gradient until it reduces; a buffer ORT reuses must not be it.
-                    param.backward(grad.clone() if settings.ort_memory_reuse else grad)
+                    param.backward(grad)
             if z3_leaf_module(module_state.module):
                 _run_leaf_reduce_hooks(module_state.module)
         if ctx.counted:
@@ -169,7 +167,7 @@ class BackwardParamsBridge(torch.autograd.Function):
                 f"ort_zero: the backward of {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) "
                 f"needs parameters {missing}, which DeepSpeed has not gathered for it"
             )
-        return tuple(handed_to_ort(p) for p in params)
+        return tuple(p.detach() for p in params)
 
 
 class RecomputeStartBridge(torch.autograd.Function):
@@ -206,18 +204,10 @@ class RecomputeParamsBridge(torch.autograd.Function):
         partitioned = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
         if partitioned:
             partitioned[0].all_gather(param_list=partitioned)
-        # ORT's references keep the gathered storage alive; what DeepSpeed keeps gathered, ORT gets a copy of
-        gathered_here = {id(p) for p in partitioned}
-        full = tuple(p.detach() if id(p) in gathered_here else handed_to_ort(p) for p in params)
+        full = tuple(p.detach() for p in params)  # ORT's references keep the gathered storage alive
         if partitioned:
             partitioned[0].partition(param_list=partitioned, has_been_updated=False)
         return full
-
-
-def handed_to_ort(param: torch.nn.Parameter) -> torch.Tensor:
-    """A gathered parameter as ORT gets it: its storage, or a copy when ORT reuses freed buffers (ORT would write
-    later values into storage that DeepSpeed still holds: persistent parameters, parameters kept for reuse)."""
-    return param.detach().clone() if settings.ort_memory_reuse else param.detach()
 
 
 def _wait_for_prefetch(offload: Any, params: list[torch.nn.Parameter]) -> None:

@@ -1,13 +1,15 @@
 """ORT's layer-wise recompute under ZeRO-3 (ORTMODULE_MEMORY_OPT_LEVEL 1 and 2), ort_zero's own pass.
 
 The small GPT (4 blocks, 2 CPU ranks, ZeRO-3 releasing as early as DeepSpeed allows) in ORT at levels 0, 1 and 2:
-the same losses and parameters as level 0 (which the parity tests hold to native DeepSpeed), every block recomputed
-(the run record lists the layers and plans), no backward read of a parameter gathered in the forward, and less left
-allocated for the backward after the forward than at level 0. ORT's memory reuse (which ort_zero turns on for ZeRO-3
-graphs) changes no loss, parameter or gradient and lowers level 1's step peak. With dropout on, the recomputed
-Dropout must draw the forward's mask: levels 0 and 1 (both with ort_zero's fixed per-node dropout seeds) then train
-identically, which a different mask breaks (checked by giving the copies another seed). Memory is RSS with ORT's CPU
-arena off (ORT_ZERO_CPU_MEM_ARENA=0) and MALLOC_MMAP_THRESHOLD_ low, so that freed tensors leave RSS at once.
+the same losses, parameters and reduced gradients as level 0 (which the parity tests hold to native DeepSpeed),
+every block recomputed (the run record lists the layers and plans), no backward read of a parameter gathered in the
+forward, and the memory of native ZeRO-3 with PyTorch's checkpointing of every block: what the forward leaves for
+the backward and the step's peak (before ORT's buffer plan became the only owner of the bridges' outputs, level 1
+kept every activation that crossed a module boundary: measured 330 MiB step peak per rank at 8 blocks, native with
+checkpointing 40). With dropout on, the recomputed Dropout must draw the forward's mask: levels 0 and 1 (both with
+ort_zero's fixed per-node dropout seeds) then train identically, which a different mask breaks (checked by giving
+the copies another seed). Memory is RSS with ORT's CPU arena off (ORT_ZERO_CPU_MEM_ARENA=0) and
+MALLOC_MMAP_THRESHOLD_ low, so that freed tensors leave RSS at once.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from launcher import free_port, read_rank_results, run_launcher, torchrun_cmd
 
 SCRIPT = Path(__file__).parent / "scripts" / "recompute_gpt.py"
 LAYERS = 4
+SLACK_MIB = 4  # RSS sampling and allocator noise between two runs
 ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "ORT_ZERO_CPU_MEM_ARENA": "0"}
 
 
-def train(out: Path, mode: str, level: int = 0, dropout: float = 0.0, memory_reuse: bool = True) -> list[dict]:
+def train(out: Path, mode: str, level: int = 0, dropout: float = 0.0) -> list[dict]:
     args = ["--mode", mode, "--level", str(level), "--layers", str(LAYERS), "--seq", "256", "--steps", "3"]
     args += ["--dropout", str(dropout), "--out", str(out)]
-    env = {**ENV, "ORT_ZERO_MEMORY_REUSE": "1" if memory_reuse else "0"}
-    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=420, env=env, cwd=out.parent)
+    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=420, env=ENV, cwd=out.parent)
     return read_rank_results(out)
 
 
@@ -41,7 +43,7 @@ def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Pat
     level0 = train(tmp_path / "level0", "ort", level=0)
     level1 = train(tmp_path / "level1", "ort", level=1)
     level2 = train(tmp_path / "level2", "ort", level=2)
-    level1_without_reuse = train(tmp_path / "level1_without_reuse", "ort", level=1, memory_reuse=False)
+    checkpointed = train(tmp_path / "native_checkpointed", "native-ckpt")
 
     blocks = {f"blocks.{i}" for i in range(LAYERS)}
     for rank in range(2):
@@ -57,18 +59,17 @@ def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Pat
             assert_same_training(runs[rank], level0[rank], rel=1e-6)
         assert level2[rank]["ort"]["training"]["recompute"]["plans"].get("ModuleRecompute", 0) >= 1
         assert level0[rank]["ort"]["training"]["recompute"]["plans"] == {}
-        # What the forward leaves for the backward (from the second step: the first exports and builds ORT's session)
+        # What the forward leaves for the backward, and the step's peak (from the second step: the first exports
+        # and builds ORT's session), against native ZeRO-3 checkpointing every block
+        for level, runs in ((1, level1), (2, level2)):
+            held, native_held = max(runs[rank]["held_mib"][1:]), max(checkpointed[rank]["held_mib"][1:])
+            peak, native_peak = runs[rank]["step_peak_mib"], checkpointed[rank]["step_peak_mib"]
+            assert held <= native_held + SLACK_MIB and peak <= 1.1 * native_peak + SLACK_MIB, (
+                f"rank {rank}: level {level} leaves {held:.0f} MiB after the forward and peaks at {peak:.0f} MiB, "
+                f"native with checkpointing {native_held:.0f} and {native_peak:.0f}"
+            )
         held0, held1 = min(level0[rank]["held_mib"][1:]), max(level1[rank]["held_mib"][1:])
-        assert held1 < 0.85 * held0, (
-            f"rank {rank}: level 1 leaves {held1:.0f} MiB after the forward, level 0 {held0:.0f}"
-        )
-        # ORT's memory reuse (ORTModule turns it off; ort_zero on for ZeRO-3 graphs): the same numbers, a lower peak
-        assert_same_training(level1[rank], level1_without_reuse[rank], rel=1e-6)
-        peak, peak_without_reuse = level1[rank]["step_peak_mib"], level1_without_reuse[rank]["step_peak_mib"]
-        assert peak < 0.7 * peak_without_reuse, (
-            f"rank {rank}: level 1 peaks {peak:.0f} MiB above the step's start with memory reuse, "
-            f"{peak_without_reuse:.0f} without"
-        )
+        assert held1 < 0.5 * held0, f"rank {rank}: level 1 leaves {held1:.0f} MiB for the backward, level 0 {held0:.0f}"
 
 
 def test_recomputed_dropout_draws_the_forwards_mask(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def test_ort_copies_the_recorders_gradients_only_without_ort_zero(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], ort_zero_enabled: bool
 ) -> None:
     """A recorder's backward hands each output gradient back as its input's gradient; ort_zero's gradient-graph pass
-    declares that reuse (grad_reuse), so ORT's gradient kernels stop copying it. Without ort_zero's ORT patches ORT
+    plans that reuse (passthrough_buffers), so ORT's gradient kernels stop copying it. Without ort_zero's ORT patches ORT
     copies and says so: the control that shows the check can fail."""
     import ort_zero
 

@@ -1,0 +1,111 @@
+"""The training-graph pass that leaves ORT's buffer plan the only owner of ort_zero's pass-through outputs
+(`ort_zero.ort.passthrough_buffers`), on hand-built graphs. That it frees memory is measured on 2 ranks in
+`tests/distributed/test_recompute.py` and `test_zero3_memory.py`.
+"""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import helper
+
+pytest.importorskip("onnxruntime.training.ortmodule")
+
+from ort_zero.hooks import passthrough  # noqa: E402
+from ort_zero.ort.graph import MS_DOMAIN, ints_attribute, qualified_name  # noqa: E402
+from ort_zero.ort.passthrough_buffers import plan_passthrough_buffers  # noqa: E402
+from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
+
+REUSE = "tensor_reuse_map"
+POST = qualified_name(PostForwardBridge)
+
+
+def pass_through(func: str, name: str, inputs: list[str], key: int, training_mode: int = 1) -> onnx.NodeProto:
+    outputs = [f"{name}_ctx", *(f"{name}_{i}" for i in range(len(inputs)))]
+    return helper.make_node("PythonOp", inputs, outputs, name, domain=MS_DOMAIN, func_name=func,
+                            input_int_scalars=[key], tensor_reuse_map=[-1, *range(len(inputs))],
+                            training_mode=training_mode)  # fmt: skip
+
+
+def gradient_of(node: onnx.NodeProto, grads: list[str], outputs: list[str]) -> onnx.NodeProto:
+    return helper.make_node("PythonOpGrad", [node.output[0], *grads], outputs, f"{node.name}_grad",
+                            domain=MS_DOMAIN, func_name=string_attr(node, "func_name"), safe_run_mode=1)  # fmt: skip
+
+
+def string_attr(node: onnx.NodeProto, name: str) -> str:
+    return next(a.s.decode() for a in node.attribute if a.name == name)
+
+
+def int_attr(node: onnx.NodeProto, name: str) -> int | None:
+    return next((a.i for a in node.attribute if a.name == name), None)
+
+
+def test_the_pass_plans_views_copies_and_gradients() -> None:
+    inner = pass_through(POST, "inner", ["h", "m"], key=301)
+    again = pass_through(POST, "again", ["h2", "m2"], key=301)  # the same module called twice
+    outer = pass_through(POST, "outer", ["inner_0", "loss"], key=302)
+    foreign = pass_through("user_code.Fn", "foreign", ["z"], key=303)
+    inserted = pass_through(POST, "inserted", ["w"], key=304, training_mode=0)
+    nodes = [
+        inner,
+        again,
+        outer,
+        foreign,
+        inserted,
+        helper.make_node("Identity", ["outer_0"], ["output-0"], "out0"),
+        helper.make_node(
+            "YieldOp", ["output-0", "outer_1", "foreign_0"], ["g0", "g1", "g2"], "yield", domain=MS_DOMAIN
+        ),
+        gradient_of(outer, ["g0", "g1"], ["d_inner_0", "d_loss"]),
+        gradient_of(inner, ["d_inner_0", "d_m"], ["d_h", "d_m_in"]),
+        gradient_of(again, ["d_again_0", ""], ["d_h2", "d_m2_in"]),  # output 1 got no gradient here
+        gradient_of(foreign, ["g2"], ["d_z"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("d_h", onnx.TensorProto.FLOAT, None)])
+
+    plan = plan_passthrough_buffers(graph)
+    by_name = {node.name: node for node in graph.node}
+
+    # ORT's unsafe mode for ort_zero's traced PythonOps and their gradients, nothing else
+    for name in ("inner", "again", "outer", "inner_grad", "again_grad", "outer_grad"):
+        assert int_attr(by_name[name], "safe_run_mode") == 0, name
+    for name in ("foreign", "foreign_grad", "inserted"):
+        assert int_attr(by_name[name], "safe_run_mode") != 0, name
+    assert plan.python_ops == 3
+
+    # forward: the node feeding the YieldOp (even through an Identity) loses its alias map and copies
+    assert plan.copied_outputs == ["outer"]
+    assert ints_attribute(by_name["outer"], REUSE) == [-1, -1, -1]
+    assert ints_attribute(by_name["inner"], REUSE) == [-1, 0, 1]
+    assert (POST, (302,)) in passthrough._COPIED_OUTPUTS and (POST, (301,)) not in passthrough._COPIED_OUTPUTS
+
+    # backward: the outer node's outputs are not aliases, so neither are its gradients. Key 301: input 0's
+    # gradient is a graph output in one node (d_h), input 1's output got no gradient in the other: the Python call
+    # cannot tell the nodes apart, so neither gradient is borrowed in any
+    assert ints_attribute(by_name["outer_grad"], REUSE) == [-1, -1]
+    assert ints_attribute(by_name["inner_grad"], REUSE) == [-1, -1]
+    assert ints_attribute(by_name["again_grad"], REUSE) == [-1, -1]
+    assert passthrough._BORROWED_GRADS[(POST, (301,))] == frozenset()
+    assert plan.borrowed_grads == 0
+
+
+def test_gradients_are_borrowed_where_every_node_of_the_pythonop_has_them() -> None:
+    first = pass_through(POST, "first", ["a", "b"], key=311)
+    second = pass_through(POST, "second", ["c", "d"], key=311)
+    graph = helper.make_graph(
+        [
+            first,
+            second,
+            gradient_of(first, ["g_a", "g_b"], ["d_a", "d_b"]),
+            gradient_of(second, ["g_c", ""], ["d_c", "d_d"]),
+        ],
+        "g",
+        [],
+        [],
+    )
+    plan = plan_passthrough_buffers(graph)
+    first_grad, second_grad = graph.node[2:]
+    assert ints_attribute(first_grad, REUSE) == [1, -1]  # output 1's gradient (input 1) is input 0's gradient
+    assert ints_attribute(second_grad, REUSE) == [1, -1]
+    assert passthrough._BORROWED_GRADS[(POST, (311,))] == frozenset({0})
+    assert plan.borrowed_grads == 2
