@@ -10,9 +10,9 @@ in the input's buffer instead of copying each one at every module boundary.
 Who owns that memory differs between PyTorch and ORT. In PyTorch an output is a view that keeps its input's memory
 alive, as any view does. In an ORT training graph ORT's buffer plan must be the only owner: ORT frees a buffer after
 the last reader of every value planned in it, but never releases a value planned in another's buffer, so a view
-that owned its memory would keep every activation crossing a module boundary alive until the backward ends
-(`ort_zero.ort.passthrough_buffers`). There ORT runs the Functions in its unsafe mode (a plain object as ctx, no
-autograd) and they return `borrowed` views, or copies where ORT plans an output in a buffer of its own.
+that owned its memory would keep every activation crossing a module boundary alive until the backward ends. The
+training-graph pass `ort_zero.ort.passthrough_buffers` therefore tells each PythonOp how ORT planned it: its outputs
+and gradients are then `borrowed` views, or copies where ORT plans a buffer of their own.
 """
 
 from __future__ import annotations
@@ -27,32 +27,29 @@ def function_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-# Set by `ort_zero.ort.passthrough_buffers` from ORT's plan of a training graph, per PythonOp (Function name,
-# integer arguments): the ones whose outputs ORT plans in buffers of their own (they return copies), and for each
-# PythonOp the tensor inputs whose gradient ORT plans in the output gradient's buffer (they return borrowed views).
-_COPIED_OUTPUTS: set[tuple[str, tuple[int, ...]]] = set()
-_BORROWED_GRADS: dict[tuple[str, tuple[int, ...]], frozenset[int]] = {}
+# Set by `ort_zero.ort.passthrough_buffers` from ORT's plan of a training graph, per PythonOp (Function name, integer
+# arguments): whose outputs ORT plans in their inputs' buffers (they return borrowed views), whose it plans in buffers
+# of their own (they return copies), and for each the tensor inputs whose gradient ORT plans in the output gradient's
+# buffer (borrowed; their other gradients are copies).
+PythonOpKey = tuple[str, tuple[int, ...]]
+_BORROWED_OUTPUTS: set[PythonOpKey] = set()
+_COPIED_OUTPUTS: set[PythonOpKey] = set()
+_BORROWED_GRADS: dict[PythonOpKey, frozenset[int]] = {}
 
 
-def copy_outputs(name: str, scalars: tuple[int, ...]) -> None:
-    """From now on the PythonOp of Function `name` called with integer arguments `scalars` returns copies."""
-    _COPIED_OUTPUTS.add((name, scalars))
+def plan_outputs(name: str, scalars: tuple[int, ...], *, copied: bool, borrowed_grads: frozenset[int]) -> None:
+    """How the PythonOp of Function `name` with integer arguments `scalars` returns its tensors from now on."""
+    key = (name, scalars)
+    (_COPIED_OUTPUTS if copied else _BORROWED_OUTPUTS).add(key)
+    (_BORROWED_OUTPUTS if copied else _COPIED_OUTPUTS).discard(key)
+    _BORROWED_GRADS[key] = borrowed_grads
 
 
-def borrow_grads(name: str, scalars: tuple[int, ...], tensor_inputs: frozenset[int]) -> None:
-    """Under ORT, the PythonOp's gradients for these tensor inputs are borrowed views of its output gradients."""
-    _BORROWED_GRADS[(name, scalars)] = tensor_inputs
-
-
-def runs_in_ort(ctx: Any) -> bool:
-    """Whether ORT runs this call as a PythonOp of a training graph: it passes a plain object, not autograd's ctx."""
-    return not isinstance(ctx, torch.autograd.function.FunctionCtx)
-
-
-def begin(ctx: Any, *args: Any) -> None:
-    """The start of every `forward`: under ORT, `ctx` gets the `needs_input_grad` autograd would give it."""
-    if runs_in_ort(ctx):
-        ctx.needs_input_grad = tuple(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args)
+def forget_plans() -> None:
+    """Back to PyTorch's views everywhere (a model that falls back to PyTorch must not borrow ORT's memory)."""
+    _BORROWED_OUTPUTS.clear()
+    _COPIED_OUTPUTS.clear()
+    _BORROWED_GRADS.clear()
 
 
 def borrowed(tensor: torch.Tensor) -> torch.Tensor:
@@ -70,33 +67,28 @@ def passed_through(
 ) -> tuple[torch.Tensor, ...]:
     """The pass-through outputs of `function(*scalars, *tensors)`, remembering what its backward needs."""
     key = (function_name(function), scalars)
-    in_ort = runs_in_ort(ctx)
-    if not in_ort:
-        ctx.set_materialize_grads(False)
+    ctx.set_materialize_grads(False)
     ctx.input_meta = [
         (t.shape, t.dtype, t.device) if wanted else None
         for t, wanted in zip(tensors, ctx.needs_input_grad[len(scalars) :], strict=False)
     ]
-    ctx.borrowed_grads = _BORROWED_GRADS.get(key, frozenset()) if in_ort else None
+    ctx.borrowed_grads = _BORROWED_GRADS.get(key)
     if key in _COPIED_OUTPUTS:
         return tuple(t.detach().clone() for t in tensors)
-    return tuple(borrowed(t) if in_ort else t.detach() for t in tensors)
+    if key in _BORROWED_OUTPUTS:
+        return tuple(borrowed(t) for t in tensors)
+    return tuple(t.detach() for t in tensors)
 
 
 def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.Tensor | None]:
-    """The output gradients passed through to the inputs, with zeros where an output got none.
-
-    Under ORT every gradient is a tensor (ORT makes zeros for the missing ones, shaped as at its first run, so a
-    shape that differs from this call's marks one), and one ORT plans in its own buffer is copied.
-    """
+    """The output gradients passed through to the inputs, with zeros where an output got none; under ORT, borrowed
+    where ORT planned them in the output gradient's buffer, copies of ORT's buffers elsewhere."""
     result: list[torch.Tensor | None] = []
     for index, (grad, meta) in enumerate(zip(grads, ctx.input_meta, strict=False)):
-        if ctx.borrowed_grads is None:
-            result.append(torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if grad is None and meta else grad)
-        elif meta is None:
-            result.append(None)
-        elif grad is None or grad.shape != meta[0]:
-            result.append(torch.zeros(meta[0], dtype=meta[1], device=meta[2]))
+        if grad is None:
+            result.append(torch.zeros(meta[0], dtype=meta[1], device=meta[2]) if meta else None)
+        elif ctx.borrowed_grads is None:
+            result.append(grad)
         else:
             result.append(borrowed(grad) if index in ctx.borrowed_grads else grad.clone())
     return result
@@ -106,7 +98,7 @@ def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.
 # effect (ORT registers only direct subclasses of torch.autograd.Function, so they share functions, not a base):
 #     backward = staticmethod(keyed_backward); infer_shape = staticmethod(same_shapes)
 #     alias_input = staticmethod(keyed_alias_input)
-#     forward: `begin(ctx, key, *tensors)` first, `return passed_through(ctx, TheFunction, (key,), tensors)` last
+#     forward ends in `return passed_through(ctx, TheFunction, (key,), tensors)`
 
 
 def keyed_backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:

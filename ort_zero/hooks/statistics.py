@@ -31,7 +31,6 @@ from .export_mode import is_exporting
 from .nested import flatten
 from .passthrough import (
     alias_maps,
-    begin,
     input_grads,
     keyed_alias_input,
     keyed_backward,
@@ -217,7 +216,6 @@ class RecordStatistics(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, label: int, tensor: torch.Tensor) -> torch.Tensor:
-        begin(ctx, key, label, tensor)
         if not is_exporting():
             _SUBSCRIBERS[key].record_label(label, tensor)
         return passed_through(ctx, RecordStatistics, (key, label), (tensor,))[0]
@@ -238,7 +236,6 @@ class EndStep(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        begin(ctx, key, *tensors)
         if not is_exporting():
             _SUBSCRIBERS[key].finish_step()
         return passed_through(ctx, EndStep, (key,), tensors)

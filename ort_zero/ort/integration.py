@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .. import settings
+from ..hooks import passthrough
 from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
@@ -93,7 +94,7 @@ def graph_optimizers(original: Any) -> Any:
         buffers = plan_passthrough_buffers(graph)
         if buffers.python_ops:
             logger.info(
-                "ort_zero: %d PythonOps return views ORT's buffers own (%d gradients; outputs copied: %s)",
+                "ort_zero: %d pass-through PythonOps return views of ORT's buffers (and %d gradients); copies: %s",
                 buffers.python_ops,
                 buffers.borrowed_grads,
                 ", ".join(buffers.copied_outputs) or "none",
@@ -199,10 +200,12 @@ def post_export_process(original: Callable) -> Callable:
 
 
 def loud_fallback(original: Callable) -> Callable:
-    """A fallback the user allowed (ORTMODULE_FALLBACK_POLICY) is announced on every rank, not only in ORT's log."""
+    """A fallback the user allowed (ORTMODULE_FALLBACK_POLICY) is announced on every rank, not only in ORT's log.
+    The model then runs in PyTorch, whose views must own their memory: the bridges forget ORT's buffer plans."""
 
     @functools.wraps(original)
     def fallback(self: Any, log_level: Any, *inputs: Any, **kwargs: Any) -> Any:
+        passthrough.forget_plans()
         if not getattr(self, "_ort_zero_announced", False):
             rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else os.environ.get("RANK", 0)
             message = (

@@ -8,16 +8,18 @@ input does, kept that memory alive until the run ended, after the backward: ever
 boundary. Measured: ORT-ZeRO3 with layer-wise recompute held 142 MiB per rank from forward to backward, native
 ZeRO-3 with checkpointing 11; with this pass 12.
 
-So in a training graph, ort_zero's traced PythonOps and their gradient nodes run in ORT's unsafe mode (no autograd
-context, no copies of inputs at the first run) and return views that own nothing (`hooks.passthrough.borrowed`)
-wherever ORT plans an alias, which this pass fixes:
+So the pass fixes, per PythonOp, where ORT plans its outputs and gradients, and tells the Function
+(`hooks.passthrough.plan_outputs`), which then returns views that own nothing (`hooks.passthrough.borrowed`) where
+ORT plans an alias and copies where ORT plans a buffer of their own (which also keeps ORT's PythonOp kernel from
+copying them itself, announced on stdout):
 - forward: as each Function's alias map says, except for the PythonOps that feed the YieldOp (ORT plans no alias
   for a node whose first consumer is the YieldOp); those lose their map and return copies, one buffer per model
   output. Measured before the rule: with ORT's memory reuse on, the final LayerNorm's bias gradient was summed from
   a buffer the backward had already overwritten.
-- backward: each passed-through gradient is planned in its output gradient's buffer where that gradient exists, in
+- backward: each passed-through gradient is planned in its output gradient's buffer where that gradient exists in
   every gradient node of the same PythonOp (Function and integer arguments: its Python call cannot tell the nodes
   apart) and is not a graph output; other gradients are copies.
+A model that falls back to PyTorch forgets the plans (`ort.integration.loud_fallback`).
 """
 
 from __future__ import annotations
@@ -27,12 +29,17 @@ from dataclasses import dataclass, field
 import onnx
 
 from ..hooks import passthrough
-from .graph import func_name, ints_attribute, set_ints_attribute
+from ..hooks.passthrough import PythonOpKey
+from ..hooks.statistics import EndStep, RecordStatistics
+from ..zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
+from .graph import func_name, ints_attribute, qualified_name, set_ints_attribute
 
-_OWN_FUNCTIONS = "ort_zero."
+PASS_THROUGH_FUNCTIONS = frozenset(
+    qualified_name(function)
+    for function in (StepStartBridge, PreForwardBridge, PostForwardBridge, RecordStatistics, EndStep)
+)
+"""The Functions that return their inputs through `hooks.passthrough` (the exporter traces them into the forward)."""
 _REUSE = "tensor_reuse_map"
-
-PythonOpKey = tuple[str, tuple[int, ...]]
 
 
 @dataclass
@@ -44,13 +51,11 @@ class BufferPlan:
 
 def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
     """Fix how ort_zero's PythonOps in `graph` return their tensors (see the module docstring)."""
-    forward = [node for node in graph.node if _traced_own_python_op(node)]
+    forward = [node for node in graph.node if func_name(node) in PASS_THROUGH_FUNCTIONS]
     by_ctx = {node.output[0]: node for node in forward}
     gradient = [
         node for node in graph.node if node.op_type == "PythonOpGrad" and node.input and node.input[0] in by_ctx
     ]
-    for node in (*forward, *gradient):
-        _set_int_attribute(node, "safe_run_mode", 0)
     plan = BufferPlan(python_ops=len(forward))
 
     copied = {_key(node) for node in _feeding_yield(graph, forward)}
@@ -58,11 +63,10 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
         if _key(node) in copied:
             set_ints_attribute(node, _REUSE, [-1] * len(ints_attribute(node, _REUSE)))
             plan.copied_outputs.append(node.name)
-    for key in copied:
-        passthrough.copy_outputs(*key)
 
     graph_outputs = {value.name for value in graph.output}
-    borrowable: dict[PythonOpKey, set[int]] = {}
+    borrowable: dict[PythonOpKey, set[int]] = {_key(node): set() for node in forward}
+    has_gradient: set[PythonOpKey] = set()
     for node in gradient:
         key, forward_map = _key(by_ctx[node.input[0]]), ints_attribute(by_ctx[node.input[0]], _REUSE)
         here = {
@@ -75,7 +79,8 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
             and node.output[tensor_input]
             and node.output[tensor_input] not in graph_outputs
         }
-        borrowable[key] = borrowable[key] & here if key in borrowable else here
+        borrowable[key] = borrowable[key] & here if key in has_gradient else here
+        has_gradient.add(key)
     for node in gradient:
         key, forward_map = _key(by_ctx[node.input[0]]), ints_attribute(by_ctx[node.input[0]], _REUSE)
         # Forward output o (0 is ctx) is a view of tensor input forward_map[o]; its gradient is this node's input
@@ -87,14 +92,8 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
         set_ints_attribute(node, _REUSE, backward_map)
         plan.borrowed_grads += sum(1 for index in backward_map if index >= 0)
     for key, tensor_inputs in borrowable.items():
-        passthrough.borrow_grads(*key, frozenset(tensor_inputs))
+        passthrough.plan_outputs(*key, copied=key in copied, borrowed_grads=frozenset(tensor_inputs))
     return plan
-
-
-def _traced_own_python_op(node: onnx.NodeProto) -> bool:
-    """ort_zero's Functions as traced into the forward (the passes insert others, without autograd)."""
-    name = func_name(node)
-    return bool(name and name.startswith(_OWN_FUNCTIONS)) and _int_attribute(node, "training_mode") == 1
 
 
 def _key(node: onnx.NodeProto) -> PythonOpKey:
@@ -112,14 +111,3 @@ def _feeding_yield(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[
         if node is not None and any(node is candidate for candidate in nodes):
             found[node.name] = node
     return list(found.values())
-
-
-def _int_attribute(node: onnx.NodeProto, name: str) -> int | None:
-    return next((attribute.i for attribute in node.attribute if attribute.name == name), None)
-
-
-def _set_int_attribute(node: onnx.NodeProto, name: str, value: int) -> None:
-    for attribute in list(node.attribute):
-        if attribute.name == name:
-            node.attribute.remove(attribute)
-    node.attribute.append(onnx.helper.make_attribute(name, value))

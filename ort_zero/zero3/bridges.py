@@ -33,7 +33,6 @@ class StepStartBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        passthrough.begin(ctx, key, *tensors)
         if not is_exporting():
             zero3_state.lookup(key).offload.get_param_coordinator().reset_step()
         return passthrough.passed_through(ctx, StepStartBridge, (key,), tensors)
@@ -54,7 +53,6 @@ class PreForwardBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, input_count: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        passthrough.begin(ctx, key, input_count, *tensors)
         module_state = zero3_state.lookup(key)
         ctx.key, ctx.input_count = key, input_count
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
@@ -120,7 +118,6 @@ class PostForwardBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        passthrough.begin(ctx, key, *tensors)
         module_state = zero3_state.lookup(key)
         ctx.key = key
         ctx.counted = any(ctx.needs_input_grad[1:])

@@ -1,5 +1,6 @@
-"""How ort_zero's pass-through Functions return their tensors: views in PyTorch; under ORT, views that own nothing
-where ORT's buffer plan owns the memory, copies where it plans a buffer of their own (`ort_zero.hooks.passthrough`).
+"""How ort_zero's pass-through Functions return their tensors: views in PyTorch; under ORT's plan of a training
+graph, views that own nothing where ORT's buffers own the memory, copies where ORT plans a buffer of their own
+(`ort_zero.hooks.passthrough`).
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ import torch
 from ort_zero.hooks import passthrough
 from ort_zero.hooks.statistics import EndStep
 
+NAME = passthrough.function_name(EndStep)
 
-class OrtContext:
-    """What ORT passes as ctx in its unsafe mode: a plain object."""
+
+class Through(torch.autograd.Function):
+    """EndStep's pass-through part, without its subscriber."""
+
+    @staticmethod
+    def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return passthrough.passed_through(ctx, EndStep, (key,), tensors)
+
+    backward = staticmethod(passthrough.keyed_backward)
 
 
 def storage_owners(tensor: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
-
-
-def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    passthrough.begin(ctx, key, *tensors)
-    return passthrough.passed_through(ctx, EndStep, (key,), tensors)
 
 
 def test_a_borrowed_view_reads_the_same_memory_without_owning_it() -> None:
@@ -36,52 +40,44 @@ def test_a_borrowed_view_reads_the_same_memory_without_owning_it() -> None:
     assert storage_owners(tensor) == owners + 1 and detached.data_ptr() == tensor.data_ptr()
 
 
-def test_under_ort_outputs_are_borrowed_and_the_context_learns_which_inputs_want_gradients() -> None:
-    wanted, plain = torch.ones(3, requires_grad=True), torch.zeros(2)
-    ctx = OrtContext()
-    outputs = forward(ctx, 7001, wanted, plain)
-    assert ctx.needs_input_grad == (False, True, False)
-    assert [o.data_ptr() for o in outputs] == [wanted.data_ptr(), plain.data_ptr()]
-    assert all(storage_owners(o) == 1 for o in outputs)  # their own, unowning storages
-
-
-def test_in_pytorch_outputs_are_views_that_keep_their_memory() -> None:
+def test_without_a_plan_outputs_are_views_that_keep_their_memory_and_gradients_pass_as_they_are() -> None:
     tensor = torch.ones(3, requires_grad=True)
-
-    class Through(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, key: int, t: torch.Tensor) -> torch.Tensor:
-            return forward(ctx, key, t)[0]
-
-        backward = staticmethod(passthrough.keyed_backward)
-
-    output = Through.apply(7002, tensor)
+    (output,) = Through.apply(7001, tensor)
     assert output.data_ptr() == tensor.data_ptr() and storage_owners(tensor) >= 2
-    output.sum().backward()
-    assert torch.equal(tensor.grad, torch.ones(3))
+    grad = torch.full((3,), 2.0)
+    output.backward(grad)
+    assert torch.equal(tensor.grad, grad)
 
 
-def test_a_pythonop_told_to_copy_returns_new_memory() -> None:
-    passthrough.copy_outputs(passthrough.function_name(EndStep), (7003,))
+def test_planned_outputs_are_borrowed_or_copied() -> None:
+    passthrough.plan_outputs(NAME, (7002,), copied=False, borrowed_grads=frozenset())
+    passthrough.plan_outputs(NAME, (7003,), copied=True, borrowed_grads=frozenset())
     tensor = torch.ones(3)
-    (copied,) = forward(OrtContext(), 7003, tensor)
+    (borrowed,) = Through.apply(7002, tensor)
+    (copied,) = Through.apply(7003, tensor)
+    assert borrowed.data_ptr() == tensor.data_ptr() and storage_owners(borrowed) == 1
     assert copied.data_ptr() != tensor.data_ptr() and torch.equal(copied, tensor)
 
 
-def test_under_ort_gradients_are_borrowed_where_planned_copied_elsewhere_and_reshaped_when_stale() -> None:
-    passthrough.borrow_grads(passthrough.function_name(EndStep), (7004,), frozenset({0}))
-    inputs = (torch.ones(2, 3, requires_grad=True), torch.ones(4, requires_grad=True), torch.ones(5))
-    ctx = OrtContext()
-    forward(ctx, 7004, *inputs)
-    # ORT makes zeros for a missing gradient shaped as at its first run: here a (7,) for the (4,) output
-    grads = (torch.full((2, 3), 2.0), torch.zeros(7), torch.ones(5))
-    borrowed, stale, unwanted = passthrough.input_grads(ctx, grads)
-    assert borrowed.data_ptr() == grads[0].data_ptr() and storage_owners(grads[0]) == 1
-    assert torch.equal(stale, torch.zeros(4))
-    assert unwanted is None
+def test_planned_gradients_are_borrowed_where_ort_planned_them_copied_elsewhere_zeros_where_missing() -> None:
+    passthrough.plan_outputs(NAME, (7004,), copied=False, borrowed_grads=frozenset({0}))
+    inputs = (torch.ones(2, requires_grad=True), torch.ones(4, requires_grad=True), torch.ones(5, requires_grad=True))
+    outputs = Through.apply(7004, *inputs)
+    seen: list[torch.Tensor] = []
+    for tensor in inputs:
+        tensor.register_hook(lambda grad: seen.append(grad) or grad)
+    grads = (torch.full((2,), 2.0), torch.full((4,), 3.0))
+    torch.autograd.backward(outputs[:2], grads)  # output 2 gets no gradient
+    # hooks fire in the order autograd runs them: collect by shape
+    by_size = {grad.numel(): grad for grad in seen}
+    assert by_size[2].data_ptr() == grads[0].data_ptr() and storage_owners(by_size[2]) == 1
+    assert by_size[4].data_ptr() != grads[1].data_ptr() and torch.equal(by_size[4], grads[1])
+    assert torch.equal(by_size[5], torch.zeros(5))
 
-    ctx = OrtContext()
-    forward(ctx, 7004, *inputs)
-    ort_grad = torch.full((4,), 3.0)
-    _, copied, _ = passthrough.input_grads(ctx, (grads[0], ort_grad, grads[2]))
-    assert copied.data_ptr() != ort_grad.data_ptr() and torch.equal(copied, ort_grad)
+
+def test_forgetting_the_plans_brings_pytorchs_views_back() -> None:
+    passthrough.plan_outputs(NAME, (7005,), copied=False, borrowed_grads=frozenset({0}))
+    passthrough.forget_plans()
+    tensor = torch.ones(3)
+    (output,) = Through.apply(7005, tensor)
+    assert storage_owners(tensor) >= 2 and output.data_ptr() == tensor.data_ptr()

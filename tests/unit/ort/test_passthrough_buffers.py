@@ -14,30 +14,26 @@ pytest.importorskip("onnxruntime.training.ortmodule")
 from ort_zero.hooks import passthrough  # noqa: E402
 from ort_zero.ort.graph import MS_DOMAIN, ints_attribute, qualified_name  # noqa: E402
 from ort_zero.ort.passthrough_buffers import plan_passthrough_buffers  # noqa: E402
+from ort_zero.ort.zero3_rewrite import ParamPull  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
 
 REUSE = "tensor_reuse_map"
 POST = qualified_name(PostForwardBridge)
 
 
-def pass_through(func: str, name: str, inputs: list[str], key: int, training_mode: int = 1) -> onnx.NodeProto:
+def pass_through(func: str, name: str, inputs: list[str], key: int) -> onnx.NodeProto:
     outputs = [f"{name}_ctx", *(f"{name}_{i}" for i in range(len(inputs)))]
     return helper.make_node("PythonOp", inputs, outputs, name, domain=MS_DOMAIN, func_name=func,
-                            input_int_scalars=[key], tensor_reuse_map=[-1, *range(len(inputs))],
-                            training_mode=training_mode)  # fmt: skip
+                            input_int_scalars=[key], tensor_reuse_map=[-1, *range(len(inputs))])  # fmt: skip
 
 
 def gradient_of(node: onnx.NodeProto, grads: list[str], outputs: list[str]) -> onnx.NodeProto:
     return helper.make_node("PythonOpGrad", [node.output[0], *grads], outputs, f"{node.name}_grad",
-                            domain=MS_DOMAIN, func_name=string_attr(node, "func_name"), safe_run_mode=1)  # fmt: skip
+                            domain=MS_DOMAIN, func_name=string_attr(node, "func_name"))  # fmt: skip
 
 
 def string_attr(node: onnx.NodeProto, name: str) -> str:
     return next(a.s.decode() for a in node.attribute if a.name == name)
-
-
-def int_attr(node: onnx.NodeProto, name: str) -> int | None:
-    return next((a.i for a in node.attribute if a.name == name), None)
 
 
 def test_the_pass_plans_views_copies_and_gradients() -> None:
@@ -45,13 +41,13 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     again = pass_through(POST, "again", ["h2", "m2"], key=301)  # the same module called twice
     outer = pass_through(POST, "outer", ["inner_0", "loss"], key=302)
     foreign = pass_through("user_code.Fn", "foreign", ["z"], key=303)
-    inserted = pass_through(POST, "inserted", ["w"], key=304, training_mode=0)
+    not_pass_through = pass_through(qualified_name(ParamPull), "pull", ["w"], key=304)
     nodes = [
         inner,
         again,
         outer,
         foreign,
-        inserted,
+        not_pass_through,
         helper.make_node("Identity", ["outer_0"], ["output-0"], "out0"),
         helper.make_node(
             "YieldOp", ["output-0", "outer_1", "foreign_0"], ["g0", "g1", "g2"], "yield", domain=MS_DOMAIN
@@ -66,18 +62,15 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     plan = plan_passthrough_buffers(graph)
     by_name = {node.name: node for node in graph.node}
 
-    # ORT's unsafe mode for ort_zero's traced PythonOps and their gradients, nothing else
-    for name in ("inner", "again", "outer", "inner_grad", "again_grad", "outer_grad"):
-        assert int_attr(by_name[name], "safe_run_mode") == 0, name
-    for name in ("foreign", "foreign_grad", "inserted"):
-        assert int_attr(by_name[name], "safe_run_mode") != 0, name
-    assert plan.python_ops == 3
+    assert plan.python_ops == 3  # not the foreign Function's, nor ort_zero's that do not pass through
+    assert ints_attribute(by_name["foreign"], REUSE) == [-1, 0] and ints_attribute(by_name["pull"], REUSE) == [-1, 0]
 
     # forward: the node feeding the YieldOp (even through an Identity) loses its alias map and copies
     assert plan.copied_outputs == ["outer"]
     assert ints_attribute(by_name["outer"], REUSE) == [-1, -1, -1]
     assert ints_attribute(by_name["inner"], REUSE) == [-1, 0, 1]
-    assert (POST, (302,)) in passthrough._COPIED_OUTPUTS and (POST, (301,)) not in passthrough._COPIED_OUTPUTS
+    assert (POST, (302,)) in passthrough._COPIED_OUTPUTS and (POST, (301,)) in passthrough._BORROWED_OUTPUTS
+    assert (qualified_name(ParamPull), (304,)) not in passthrough._BORROWED_OUTPUTS
 
     # backward: the outer node's outputs are not aliases, so neither are its gradients. Key 301: input 0's
     # gradient is a graph output in one node (d_h), input 1's output got no gradient in the other: the Python call

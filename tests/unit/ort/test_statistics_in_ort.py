@@ -109,9 +109,10 @@ def test_ort_does_not_copy_the_recorders_outputs(tmp_path: Path, capfd: pytest.C
 def test_ort_copies_the_recorders_gradients_only_without_ort_zero(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], ort_zero_enabled: bool
 ) -> None:
-    """A recorder's backward hands each output gradient back as its input's gradient; ort_zero's gradient-graph pass
-    plans that reuse (passthrough_buffers), so ORT's gradient kernels stop copying it. Without ort_zero's ORT patches ORT
-    copies and says so: the control that shows the check can fail."""
+    """A recorder's backward hands each output gradient back as its input's gradient; ort_zero's training-graph pass
+    plans that reuse and runs the recorders in ORT's unsafe mode (`passthrough_buffers`), so ORT's gradient kernels
+    stop copying it. Without ort_zero's ORT patches ORT copies and says so: the control that shows the check can
+    fail."""
     import ort_zero
 
     if ort_zero_enabled:
