@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 import onnx
@@ -226,7 +226,21 @@ class _Region:
         return 1 if self.view.nodes[i].op_type == "PythonOp" else 0
 
     def _copy_of(self, value: str) -> str:
-        """The name of `value` recomputed after the anchor, or `value` itself where it cannot be recomputed."""
+        """The name of `value` recomputed after the anchor, or `value` itself where it cannot be recomputed. Depth
+        first on a stack of `_copy_steps` frames, not Python's: a layer's forward can chain more ops than Python's
+        recursion limit. A frame yields each value it needs copied first and is sent back that value's copy."""
+        frames, result = [self._copy_steps(value)], None
+        while frames:
+            try:
+                frames.append(self._copy_steps(frames[-1].send(result)))
+                result = None
+            except StopIteration as done:
+                frames.pop()
+                result = done.value
+        return result
+
+    def _copy_steps(self, value: str) -> Generator[str, str, str]:
+        """One frame of `_copy_of`: copies `value` once the values it yields are copied."""
         if value in self.copies:
             return self.copies[value]
         i = self.view.producer.get(value)
@@ -240,28 +254,28 @@ class _Region:
             if i == self.pre and slot <= input_count:
                 copy = self._start_bridge(node, input_count).output[slot]
             elif slot <= input_count:
-                copy = self._copy_of(node.input[slot - 1])
+                copy = yield node.input[slot - 1]
             else:
-                copy = self._params_bridge(key, node, input_count).output[slot - input_count]
+                copy = (yield from self._params_bridge(key, node, input_count)).output[slot - input_count]
         elif name == qualified_name(PostForwardBridge):
-            copy = self._copy_of(node.input[slot - 1])
+            copy = yield node.input[slot - 1]
         elif reason := _not_recomputable(node):
             self.kept.append(f"{self.path}: {value} ({reason})")
             copy = value
         else:
-            copied = self._copy_node(node)
+            copied = yield from self._copy_node(node)
             self.copies.update({out: new for out, new in zip(node.output, copied, strict=True) if out})
             copy = copied[slot]
         self.copies[value] = copy
         return copy
 
-    def _copy_node(self, node: onnx.NodeProto) -> list[str]:
+    def _copy_node(self, node: onnx.NodeProto) -> Generator[str, str, list[str]]:
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         copy.name = f"{node.name or node.op_type}{RECOMPUTE_SUFFIX}"
         for slot, value in enumerate(node.input):
             if value:
-                copy.input[slot] = self._copy_of(value)
+                copy.input[slot] = yield value
         entering = [slot for slot, value in enumerate(copy.input) if self._kept_python_output(value)]
         if entering and not any(value in self.anchored for value in copy.input):
             # Its inputs are forward values (a foreign PythonOp's output, kept): one enters through the start
@@ -323,19 +337,19 @@ class _Region:
         self.anchored.add(name)
         return name
 
-    def _params_bridge(self, key: int, pre: onnx.NodeProto, input_count: int) -> onnx.NodeProto:
+    def _params_bridge(self, key: int, pre: onnx.NodeProto, input_count: int) -> Generator[str, str, onnx.NodeProto]:
         if key not in self.param_bridges:
             params = zero3_state.lookup(key).bridged_params()
             if not input_count:  # a module called without tensors: gather when the region's recompute starts
                 pre = self.view.nodes[self.pre]
                 input_count = ints_attribute(pre, "input_int_scalars")[1]
             region_pre = self.view.nodes[self.pre]
-            if input_count and self._copy_of(pre.output[1]) not in self.anchored:
+            if input_count and (yield pre.output[1]) not in self.anchored:
                 pre, input_count = region_pre, ints_attribute(region_pre, "input_int_scalars")[1]
                 if input_count:
                     self._start_bridge(pre, input_count)
             if input_count:
-                after = self._copy_of(pre.output[1])
+                after = yield pre.output[1]
                 rank, elem_type = (
                     ints_attribute(pre, "input_tensor_ranks")[0],
                     ints_attribute(pre, "input_tensor_types")[0],

@@ -591,8 +591,8 @@ def test_dropout_seeds_are_reproducible_and_never_replaced(keys: Keys) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Nodes added after kept foreign outputs still wait for the backward; level 2 never looks inside layers; and one
-# known defect (strict xfail: it starts failing, and must become a plain test, once fixed)
+# Nodes added after kept foreign outputs still wait for the backward; a layer hundreds of ops deep is recomputed
+# (the copying does not recurse per op); level 2 never looks inside layers
 
 
 @pytest.mark.parametrize("foreign", ["before_dropout", "before_inner"])
@@ -615,12 +615,6 @@ def test_everything_the_pass_adds_runs_after_its_regions_anchor(keys: Keys, fore
     assert "layers.1" in recompute_record(graph)["layers"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="recompute.py: _copy_of/_copy_node recurse once per op along a chain, so a layer whose forward is about "
-    "500 ops deep exceeds Python's recursion limit and the pass (and with it ORT's session build) fails",
-)
 def test_a_deep_layer_is_recomputed(keys: Keys) -> None:
     graph = training_graph(keys)
     nodes = list(graph.node)
