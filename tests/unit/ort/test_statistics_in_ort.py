@@ -110,9 +110,9 @@ def test_ort_copies_the_recorders_gradients_only_without_ort_zero(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], ort_zero_enabled: bool
 ) -> None:
     """A recorder's backward hands each output gradient back as its input's gradient; ort_zero's training-graph pass
-    plans that reuse and runs the recorders in ORT's unsafe mode (`passthrough_buffers`), so ORT's gradient kernels
-    stop copying it. Without ort_zero's ORT patches ORT copies and says so: the control that shows the check can
-    fail."""
+    plans that reuse and the recorders return borrowed views or copies to match (`passthrough_buffers`), so ORT's
+    gradient kernels stop copying. Without ort_zero's ORT patches ORT copies and says so: the control that shows the
+    check can fail."""
     import ort_zero
 
     if ort_zero_enabled:
