@@ -388,9 +388,8 @@ def _readers_after(view: TrainingGraphView, anchor: int) -> set[int]:
 def _output_type(node: onnx.NodeProto, slot: int) -> tuple[int, int]:
     """(rank, ONNX type) of a PythonOp(Grad)'s tensor output `slot` (output 0, the context, not counted)."""
     tensor_slot = slot - 1 if node.op_type == "PythonOp" else slot
-    return ints_attribute(node, "output_tensor_ranks")[tensor_slot], ints_attribute(node, "output_tensor_types")[
-        tensor_slot
-    ]
+    ranks, types = ints_attribute(node, "output_tensor_ranks"), ints_attribute(node, "output_tensor_types")
+    return ranks[tensor_slot], types[tensor_slot]
 
 
 def _not_recomputable(node: onnx.NodeProto) -> str:
