@@ -131,6 +131,21 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
     return _create_execution_agent
 
 
+def graph_builder_released(original: Callable) -> Callable:
+    """Wraps `TrainingManager._create_execution_agent`: once the session exists, ORTModule's graph builder goes.
+
+    ORTModule keeps the C++ builder of the training graph, with its own copies of the graphs, for as long as the model
+    lives, though it makes a new one whenever it builds the graph again (measured: 37 MiB per rank for the small GPT
+    with 16 blocks, 0.75x its parameters)."""
+
+    @functools.wraps(original)
+    def _create_execution_agent(self: Any) -> None:
+        original(self)
+        self._graph_builder = None
+
+    return _create_execution_agent
+
+
 def deep_clone_check(original: Callable) -> Callable:
     """Copies of ZeRO-3 parameters lose their `ds_*` attributes: never deep-copy a ZeRO-3 module before export."""
 
