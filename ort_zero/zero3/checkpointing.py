@@ -41,7 +41,9 @@ class CheckpointingRefused(SystemExit):
 
     A SystemExit, so that it passes the exception handlers between the model and the user (ORT's and the exporter's
     catch Exception, wrap it and chain tracebacks), and an uncaught one prints its one-line message and exits with
-    status 1, on every rank, without a traceback.
+    status 1, on every rank, without a traceback. The message carries its newline: Python writes an uncaught
+    SystemExit's message and then a newline, two writes to unbuffered stderr, and ranks sharing the launcher's pipe
+    interleaved there (measured: rank 1's line began at the end of rank 0's); a whole line in one write does not.
     """
 
 
@@ -50,7 +52,7 @@ def on_checkpoint(what: str) -> None:
     global _pending
     level = settings.recompute_level()
     if level == 0:
-        raise CheckpointingRefused(refusal(what))
+        raise CheckpointingRefused(refusal(what) + "\n")
     _pending = level
 
 
