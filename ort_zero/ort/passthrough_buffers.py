@@ -44,6 +44,8 @@ _REUSE = "tensor_reuse_map"
 
 @dataclass
 class BufferPlan:
+    """What the pass did, for the log: pass-through PythonOps seen, those returning copies, gradients borrowed."""
+
     python_ops: int = 0
     copied_outputs: list[str] = field(default_factory=list)
     borrowed_grads: int = 0
@@ -67,8 +69,8 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
     graph_outputs = {value.name for value in graph.output}
     borrowable: dict[PythonOpKey, set[int]] = {_key(node): set() for node in forward}
     has_gradient: set[PythonOpKey] = set()
-    for node in gradient:
-        key, forward_map = _key(by_ctx[node.input[0]]), ints_attribute(by_ctx[node.input[0]], _REUSE)
+    planned = [(node, _key(by_ctx[node.input[0]]), ints_attribute(by_ctx[node.input[0]], _REUSE)) for node in gradient]
+    for node, key, forward_map in planned:
         here = {
             tensor_input
             for output, tensor_input in enumerate(forward_map)
@@ -81,8 +83,7 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
         }
         borrowable[key] = borrowable[key] & here if key in has_gradient else here
         has_gradient.add(key)
-    for node in gradient:
-        key, forward_map = _key(by_ctx[node.input[0]]), ints_attribute(by_ctx[node.input[0]], _REUSE)
+    for node, key, forward_map in planned:
         # Forward output o (0 is ctx) is a view of tensor input forward_map[o]; its gradient is this node's input
         # o, and this node's output t is tensor input t's gradient.
         backward_map = [-1] * len(node.output)
@@ -103,11 +104,12 @@ def _key(node: onnx.NodeProto) -> PythonOpKey:
 def _feeding_yield(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
     """The nodes among `nodes` whose outputs reach the YieldOp, directly or through Identity nodes."""
     producer = {value: node for node in graph.node for value in node.output}
+    candidates = {id(node) for node in nodes}
     found: dict[str, onnx.NodeProto] = {}
     for value in (value for node in graph.node if node.op_type == "YieldOp" for value in node.input):
         node = producer.get(value)
         while node is not None and node.op_type == "Identity":
             node = producer.get(node.input[0])
-        if node is not None and any(node is candidate for candidate in nodes):
+        if node is not None and id(node) in candidates:
             found[node.name] = node
     return list(found.values())
