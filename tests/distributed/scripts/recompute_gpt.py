@@ -2,11 +2,13 @@
 torch.utils.checkpoint) or in ORT through ort_zero at a recompute level. Writes `<out>/rank<r>.json`: per step the
 loss and the RSS the forward left allocated (what is held for the backward: activations and gathered parameters;
 run with MALLOC_MMAP_THRESHOLD_ low so that freed tensors leave RSS), the step peak, the last step's reduced
-gradients, the final parameters, and ORT's run record."""
+gradients, the final parameters, ORT's run record and, in ORT, what ORTModule keeps besides its session."""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import threading
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import psutil
 import torch
 import torch.utils.checkpoint
 from deepspeed.utils import safe_get_full_grad
+from onnx import ModelProto
 from rank_run import start, write_result
 
 from ort_zero.models.gpt import GPT, GPTConfig
@@ -40,6 +43,48 @@ class RssPeak:
         self.done.set()
         self.thread.join()
         return (self.peak - self.base) / 2**20
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
+                "fordblks keepcost".split()]  # fmt: skip
+
+
+def malloced_bytes() -> int:
+    """Bytes malloc has handed out and not had back (glibc: the main heap's in-use bytes plus mmapped blocks)."""
+    gc.collect()
+    mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    mallinfo2.restype = _Mallinfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def what_ortmodule_keeps(engine: deepspeed.DeepSpeedEngine) -> dict[str, object]:
+    """Besides its session, after training: the bytes ORTModule's kept graphs (exported, processed, optimized) hold,
+    measured by dropping them, against their serialized size; torch.onnx's kept export diagnostics; whether the
+    graph builder and the session's copy of the model bytes are still there."""
+    from torch.onnx._internal.diagnostics import _diagnostic
+
+    manager = engine.module._torch_module._execution_manager(True)
+    transitions = manager._graph_transition_manager
+    holders = [
+        (manager._onnx_models, "optimized_model"),
+        (transitions._exported_model_info, "exported_model"),
+        (transitions._post_export_processed_model_info, "_post_export_processed_model"),
+    ]
+    models: list[ModelProto] = [getattr(holder, name) for holder, name in holders]
+    serialized = sum(model.ByteSize() for model in models)
+    del models
+    before = malloced_bytes()
+    for holder, name in holders:
+        setattr(holder, name, None)
+    return {
+        "graph_bytes": before - malloced_bytes(),
+        "serialized_bytes": serialized,
+        "export_diagnostics": len(_diagnostic.engine.contexts),
+        "graph_builder": manager._graph_builder is not None,
+        "session_model_bytes": manager._execution_agent._inference_session._model_bytes is not None,
+    }
 
 
 def checkpoint_blocks(model: GPT) -> None:
@@ -105,7 +150,12 @@ def main() -> None:
         with deepspeed.zero.GatheredParameters([param]):
             params.append(param.detach().flatten()[:64].tolist())
     result = {"held_mib": held_mib, "step_peak_mib": peak.stop(), "losses": losses, "params": params, "grads": grads}
-    write_result(args.out, rank, result, engine.module if args.mode == "ort" else None)
+    if args.mode == "ort":
+        from ort_zero.ort.inspection import ort_run_record
+
+        result["ort"] = ort_run_record(engine.module)
+        result["kept"] = what_ortmodule_keeps(engine)  # drops the graphs: after the run record, which reads them
+    write_result(args.out, rank, result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+"""What ORTModule keeps once its training session exists (`ort_zero.ort.footprint`): no graph builder, no second
+copy of the model bytes, no torch.onnx diagnostics of the export, its graphs compacted; and training goes on."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import gc
+import io
+
+import onnx
+import pytest
+import torch
+from onnx import helper
+
+ortmodule = pytest.importorskip("onnxruntime.training.ortmodule")
+
+from torch.onnx._internal.diagnostics import _diagnostic  # noqa: E402
+
+import ort_zero  # noqa: E402
+from ort_zero.ort.footprint import compacted, export_diagnostics_dropped  # noqa: E402
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
+                "fordblks keepcost".split()]  # fmt: skip
+
+
+def malloced_bytes() -> int:
+    """Bytes malloc has handed out and not had back (glibc: main heap in use plus mmapped blocks)."""
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        pytest.skip("needs glibc's mallinfo2")
+    mallinfo2.restype = _Mallinfo2
+    gc.collect()
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def held_by(make: object) -> int:
+    """The bytes the object `make()` returns holds: malloc'd while it is made and kept, freed when it goes."""
+    before = malloced_bytes()
+    kept = make()
+    held = malloced_bytes() - before
+    del kept
+    return held
+
+
+def test_the_session_trains_on_with_only_what_it_needs_kept() -> None:
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    diagnostics_before = len(_diagnostic.engine.contexts)
+    ort_zero.enable_zero3()
+    try:
+        model = ortmodule.ORTModule(copy.deepcopy(plain))
+        manager = model._torch_module._execution_manager(True)
+        for step in range(3):
+            x = torch.randn(5, 4, generator=torch.Generator().manual_seed(step))
+            model(x).sum().backward()
+            plain(x).sum().backward()
+            assert manager._execution_agent is not None, "no ORT session ran"
+            assert manager._graph_builder is None
+            assert manager._execution_agent._inference_session._model_bytes is None
+            assert len(_diagnostic.engine.contexts) == diagnostics_before, "torch.onnx kept the export's diagnostics"
+        for ort_param, param in zip(model.parameters(), plain.parameters(), strict=True):
+            assert torch.allclose(ort_param.grad, param.grad, atol=1e-5)
+    finally:
+        ort_zero.disable_zero3()
+
+
+def rewritten_model(nodes: int, rewrites: int) -> onnx.ModelProto:
+    """A chain of Identity nodes written back `rewrites` times, as ort_zero's passes write back a training graph."""
+    chain = [helper.make_node("Identity", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(nodes)]
+    graph = helper.make_graph(
+        chain,
+        "chain",
+        [helper.make_tensor_value_info("v0", onnx.TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(f"v{nodes}", onnx.TensorProto.FLOAT, [4])],
+    )
+    model = onnx.ModelProto()
+    model.ParseFromString(helper.make_model(graph).SerializeToString())
+    for _ in range(rewrites):
+        nodes_now = list(model.graph.node)
+        del model.graph.node[:]
+        model.graph.node.extend(nodes_now)
+    return model
+
+
+def test_a_compacted_graph_holds_what_a_fresh_parse_holds() -> None:
+    model = rewritten_model(nodes=2000, rewrites=8)
+    assert compacted(model).SerializeToString() == model.SerializeToString()
+    as_rewritten = held_by(lambda: rewritten_model(nodes=2000, rewrites=8))
+    as_compacted = held_by(lambda: compacted(rewritten_model(nodes=2000, rewrites=8)))
+    as_parsed = held_by(lambda: rewritten_model(nodes=2000, rewrites=0))
+    assert as_compacted < 1.5 * as_parsed, (as_compacted, as_parsed)
+    assert as_rewritten > 4 * as_compacted, (as_rewritten, as_compacted)
+
+
+def test_only_the_diagnostics_of_the_export_inside_are_dropped() -> None:
+    kept = len(_diagnostic.engine.contexts)
+    with export_diagnostics_dropped():
+        torch.onnx.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), io.BytesIO())
+        assert len(_diagnostic.engine.contexts) == kept + 1
+    assert len(_diagnostic.engine.contexts) == kept
