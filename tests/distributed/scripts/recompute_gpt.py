@@ -7,8 +7,6 @@ gradients, the final parameters, ORT's run record and, in ORT, what ORTModule ke
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import threading
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from rank_run import start, write_result
 
 from ort_zero.models.gpt import GPT, GPTConfig
 from ort_zero.models.stack import RELEASE_EARLY_ZERO3
+from ort_zero.ort.footprint import malloced_bytes
 
 
 class RssPeak:
@@ -43,20 +42,6 @@ class RssPeak:
         self.done.set()
         self.thread.join()
         return (self.peak - self.base) / 2**20
-
-
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
-                "fordblks keepcost".split()]  # fmt: skip
-
-
-def malloced_bytes() -> int:
-    """Bytes malloc has handed out and not had back (glibc: the main heap's in-use bytes plus mmapped blocks)."""
-    gc.collect()
-    mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
-    mallinfo2.restype = _Mallinfo2
-    info = mallinfo2()
-    return info.uordblks + info.hblkhd
 
 
 def what_ortmodule_keeps(engine: deepspeed.DeepSpeedEngine) -> dict[str, object]:

@@ -4,8 +4,6 @@ copy of the model bytes, no torch.onnx diagnostics of the export, its graphs com
 from __future__ import annotations
 
 import copy
-import ctypes
-import gc
 import io
 
 import onnx
@@ -18,24 +16,15 @@ ortmodule = pytest.importorskip("onnxruntime.training.ortmodule")
 from torch.onnx._internal.diagnostics import _diagnostic  # noqa: E402
 
 import ort_zero  # noqa: E402
+from ort_zero.ort import footprint  # noqa: E402
 from ort_zero.ort.footprint import compacted, export_diagnostics_dropped  # noqa: E402
 
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
-                "fordblks keepcost".split()]  # fmt: skip
-
-
 def malloced_bytes() -> int:
-    """Bytes malloc has handed out and not had back (glibc: main heap in use plus mmapped blocks)."""
-    try:
-        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):
+    held = footprint.malloced_bytes()
+    if held is None:
         pytest.skip("needs glibc's mallinfo2")
-    mallinfo2.restype = _Mallinfo2
-    gc.collect()
-    info = mallinfo2()
-    return info.uordblks + info.hblkhd
+    return held
 
 
 def held_by(make: object) -> int:
