@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 
 # The pinned stack. Each pin is measured (see README "Supported stack"); move one only after measuring again.
 STACK = [
-    "torch==2.6.0",  # newest torch whose C++ ABI onnxruntime-training 1.19.2's extensions accept
+    "torch==2.14.1",  # newest torch pip installs here; ORT's extensions are built with ort_zero's source edits
     "onnxruntime-training==1.19.2",  # last release; ORTModule lives here
     "deepspeed==0.19.8",
     "onnx>=1.17,<1.24",
@@ -17,9 +17,9 @@ STACK = [
 ]
 # Hugging Face Trainer integration (ort_zero.integrations.hf_trainer, examples/train_hf.py) and its tests.
 HUGGING_FACE = [
-    "transformers==4.46.3",
-    "accelerate==1.1.1",  # the Trainer's engine room; the release of transformers 4.46's month (it checks for 1.1)
-    "peft==0.13.2",  # LoRA: the release of transformers 4.46's time; why not newer: README "Hugging Face Trainer"
+    "transformers==5.23.0",
+    "accelerate==1.15.0",  # the Trainer's engine room
+    "peft==0.21.2",  # LoRA
 ]
 
 setup(

@@ -28,7 +28,61 @@ from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.pat
 
 DEEPSPEED_VERSIONS = ">=0.19.8,<0.20"
 ORT_VERSIONS = "==1.19.2"
-TORCH_VERSIONS = ">=2.4,<2.7"  # what ORT 1.19.2's torch extensions load with
+TORCH_VERSIONS = ">=2.13,<2.16"  # what ort_zero builds ORT 1.19.2's torch extensions for (ort/extension_sources.py)
+
+
+def _torch_compat(factory_name: str, *args: str) -> Callable[[Any], Any]:
+    def make(replaced: Any) -> Any:
+        from .ort import torch_compat
+
+        factory = getattr(torch_compat, factory_name)
+        return factory(*args)(replaced) if args else factory(replaced)
+
+    return make
+
+
+# ORTModule 1.19.2 on today's torch: applied when ort_zero is imported, since ORTModule cannot even be imported
+# without them (users import it right after ort_zero). Why: ort_zero/ort/torch_compat.py.
+_TS_MOVED = "torch >= 2.9 moved the TorchScript exporter's private modules under torch.onnx._internal." + (
+    "torchscript_exporter; ORTModule imports them from the old place"
+)
+for _name, _owner, _attribute, _replacement in [
+    ("torch.onnx.jit_utils", "torch.onnx._internal", "jit_utils", _torch_compat("moved_module", "jit_utils")),
+    ("torch.onnx._globals", "torch.onnx", "_globals", _torch_compat("moved_module", "_globals")),
+    ("torch.onnx._type_utils", "torch.onnx", "_type_utils", _torch_compat("moved_module", "_type_utils")),
+    ("torch.onnx.symbolic_opset9._convolution", "torch.onnx.symbolic_opset9", "_convolution",
+     _torch_compat("moved_function", "symbolic_opset9", "_convolution")),
+    ("torch.onnx.symbolic_opset9._convolution_mode", "torch.onnx.symbolic_opset9", "_convolution_mode",
+     _torch_compat("moved_function", "symbolic_opset9", "_convolution_mode")),
+]:  # fmt: skip
+    register(Patch(_name, _owner, _attribute, "torch", TORCH_VERSIONS, _TS_MOVED, _replacement), group="torch_onnx")
+
+register(
+    Patch(
+        name="torch.onnx.export_with_torchscript",
+        owner_path="torch.onnx",
+        attribute="export",
+        distribution="torch",
+        versions=TORCH_VERSIONS,
+        reason="torch >= 2.9 exports with dynamo by default, which has no PythonOps (ORT does not pass dynamo); "
+        "while ORTModule exports, dynamo is off unless asked for.",
+        make_replacement=_torch_compat("torchscript_export"),
+    ),
+    group="torchscript_export",
+)
+register(
+    Patch(
+        name="ort.export_with_torchscript",
+        owner_path="onnxruntime.training.ortmodule._graph_transition_manager:GraphTransitionManager",
+        attribute="_get_exported_model",
+        distribution="onnxruntime-training",
+        versions=ORT_VERSIONS,
+        reason="ORTModule's export must run torch's TorchScript exporter (see torch.onnx.export_with_torchscript); "
+        "torch.onnx.export keeps its default outside ORTModule.",
+        make_replacement=lambda replaced: _torch_compat("exporting_with_torchscript")(replaced),
+    ),
+    group="ort",
+)
 
 
 def _zero3_setup_hooks(original_method: Any) -> Any:

@@ -138,7 +138,8 @@ def registered() -> list[Patch]:
 def _apply(patch: Patch) -> None:
     owner = patch.owner()
     patch.owned = patch.attribute in vars(owner)
-    patch.original = vars(owner)[patch.attribute] if patch.owned else getattr(owner, patch.attribute)
+    # An attribute the owner lacks (a module torch moved) is added, and removed again on revert.
+    patch.original = vars(owner)[patch.attribute] if patch.owned else getattr(owner, patch.attribute, None)
     setattr(owner, patch.attribute, patch.make_replacement(patch.original))
     patch.applied = True
     logger.debug("ort_zero: patched %s.%s (%s)", patch.owner_path, patch.attribute, patch.name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -24,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import cuda_libraries
+from . import cuda_libraries, extension_sources
 
 CACHE_ROOT = Path(os.environ.get("ORT_ZERO_CACHE", Path.home() / ".cache" / "ort_zero"))
 
@@ -70,7 +71,8 @@ def cache_key(flavour: str) -> str:
     import torch
 
     python = f"{sys.version_info[0]}{sys.version_info[1]}"
-    return f"{flavour}-torch{torch.__version__}-ort{version('onnxruntime-training')}-py{python}"
+    edits = hashlib.sha256(repr(extension_sources.EDITS).encode()).hexdigest()[:12]
+    return f"{flavour}-torch{torch.__version__}-ort{version('onnxruntime-training')}-py{python}-edits{edits}"
 
 
 def build(flavour: str) -> None:
@@ -90,7 +92,9 @@ def build(flavour: str) -> None:
 
 
 def compile_extension(flavour: str, name: str, destination: Path) -> Path:
-    """Compile one extension in a scratch copy of its sources; its library lands in `destination`."""
+    """Compile one extension in a scratch copy of its sources, with ort_zero's edits for the installed torch
+    (`extension_sources`); its library lands in `destination`."""
+    import torch
     env = dict(
         os.environ,
         ORTMODULE_TORCH_CPP_DIR=str(extensions_dir()),
@@ -98,17 +102,19 @@ def compile_extension(flavour: str, name: str, destination: Path) -> Path:
         ONNXRUNTIME_ROCM_VERSION="",  # torch_gpu_allocator's setup.py reads it: empty means CUDA
     )
     with tempfile.TemporaryDirectory(prefix="ort_zero_ext_") as scratch:
-        work = Path(scratch) / name
+        work = Path(scratch) / flavour / name
         shutil.copytree(extensions_dir() / flavour / name, work)
+        edits = extension_sources.apply(Path(scratch), f"{flavour}/{name}", torch.__version__)
         if flavour == "cuda":
             env["CUDA_HOME"] = str(assemble_cuda_home(Path(scratch) / "cuda_home"))
-        print(f"[extensions] building {flavour}/{name} (a few minutes on 2 cores)", flush=True)
+        with_edits = f" with ort_zero's edits ({', '.join(edits)})" if edits else ""
+        print(f"[extensions] building {flavour}/{name}{with_edits} (a few minutes on 2 cores)", flush=True)
         result = subprocess.run([sys.executable, "setup.py", "build"], cwd=work, env=env)
         built = list(work.glob("build/lib.*/*.so"))
         if result.returncode != 0 or not built:
             raise RuntimeError(
                 f"building ORTModule's {flavour}/{name} extension failed (compiler output above). "
-                "Check that g++ works and that torch==2.6.0 is installed."
+                "Check that g++ works and that the pinned torch is installed (launch/bootstrap.sh)."
             )
         destination.mkdir(parents=True, exist_ok=True)
         for lib in built:
@@ -147,9 +153,14 @@ def ensure() -> None:
 
 
 def smoke() -> None:
-    """A tiny ORTModule forward/backward that must run in ORT: fallback disabled, ORT's session checked."""
+    """A tiny ORTModule forward/backward that must run in ORT: fallback disabled, ORT's session checked, with
+    ort_zero's patches for ORTModule on this torch."""
     os.environ["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
     import torch
+
+    from .. import patches
+
+    patches.apply_group("ort")
     from onnxruntime.training.ortmodule import ORTModule
 
     model = ORTModule(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)))

@@ -1,0 +1,183 @@
+"""ort_zero's changes to the sources of ORTModule's torch C++ extensions, applied to the build's scratch copy.
+
+onnxruntime-training 1.19.2 ships the C++ sources of `torch_interop_utils` (how ORT runs PythonOps) and
+`aten_op_executor`, compiled on the user's machine against the installed torch. They were written for torch <= 2.6;
+newer torch hides two symbols they use and reshapes three types. Each edit below says what it changes, why, and from
+which torch version it is needed; the build refuses a torch outside `TORCH_VERSIONS` and any edit that no longer
+finds the text it replaces, so a changed ORT or torch fails at build time with the edit's name, never at run time.
+The wheel's own files are never modified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+ORT_VERSION = "1.19.2"
+TORCH_VERSIONS = ">=2.13,<2.16"  # measured: 2.14.1 (pinned); 2.15.0 builds the same sources
+
+# Torch >= 2.7 keeps PyNode's typeinfo and tensor_fromDLPack out of libtorch_python's exported symbols: these
+# replacements need neither (a type test on the mangled name, and libtorch's exported at::fromDLPack).
+_COMPAT_HELPERS = """
+#include <ATen/DLConvertor.h>
+#include <torch/csrc/autograd/python_function.h>
+#include <cstring>
+#include <typeinfo>
+
+// ort_zero: the dynamic type of a Node, told without PyNode's typeinfo symbol (not exported from torch 2.7).
+inline torch::autograd::PyNode* ort_zero_as_py_node(torch::autograd::Node* node) {
+  if (node == nullptr || std::strcmp(typeid(*node).name(), "N5torch8autograd6PyNodeE") != 0) return nullptr;
+  return static_cast<torch::autograd::PyNode*>(node);
+}
+
+// ort_zero: a tensor over a DLPack capsule's memory; the producer's deleter runs with the GIL held, since the
+// producer (ORT) may be Python-backed. Replaces torch::utils::tensor_fromDLPack (not exported from torch 2.7).
+inline at::Tensor ort_zero_tensor_from_dlpack(PyObject* capsule) {
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  TORCH_CHECK(managed != nullptr, "ort_zero: a PythonOp argument is not an unused DLPack capsule");
+  at::Tensor tensor = at::fromDLPack(managed, [managed](void*) {
+    if (managed->deleter != nullptr) {
+      pybind11::gil_scoped_acquire gil;
+      managed->deleter(managed);
+    }
+  });
+  PyCapsule_SetName(capsule, "used_dltensor");  // the tensor owns the memory now; the capsule must not free it
+  return tensor;
+}
+"""
+
+
+@dataclass(frozen=True)
+class SourceEdit:
+    """Replace `find` by `replace` in one file of an extension, exactly `count` times."""
+
+    name: str
+    path: str  # relative to torch_cpp_extensions/
+    find: str
+    replace: str
+    since_torch: str
+    reason: str
+    count: int = 1
+
+
+_INTEROP = "cpu/torch_interop_utils"
+EDITS: tuple[SourceEdit, ...] = (
+    SourceEdit(
+        "compat helpers",
+        f"{_INTEROP}/custom_function_shared.h",
+        "#include <torch/extension.h>\n",
+        "#include <torch/extension.h>\n" + _COMPAT_HELPERS,
+        "2.7",
+        "the two helpers below stand in for symbols torch stopped exporting",
+    ),
+    SourceEdit(
+        "PyNode type test",
+        f"{_INTEROP}/custom_function_fw.cc",
+        "dynamic_cast<torch::autograd::PyNode*>(",
+        "ort_zero_as_py_node(",
+        "2.7",
+        "dynamic_cast<PyNode*> needs typeinfo for PyNode: `undefined symbol: _ZTIN5torch8autograd6PyNodeE` at import",
+        count=2,
+    ),
+    SourceEdit(
+        "DLPack in forward",
+        f"{_INTEROP}/custom_function_fw.cc",
+        "torch::utils::tensor_fromDLPack(",
+        "ort_zero_tensor_from_dlpack(",
+        "2.7",
+        "torch::utils::tensor_fromDLPack is no longer exported by libtorch_python",
+    ),
+    SourceEdit(
+        "DLPack in backward",
+        f"{_INTEROP}/custom_function_bw.cc",
+        "torch::utils::tensor_fromDLPack(",
+        "ort_zero_tensor_from_dlpack(",
+        "2.7",
+        "torch::utils::tensor_fromDLPack is no longer exported by libtorch_python",
+    ),
+    SourceEdit(
+        "PyNode's Python object",
+        f"{_INTEROP}/custom_function_fw.cc",
+        "py_node_fn->obj;",
+        "py_node_fn->pyobj();",
+        "2.13",
+        "PyNode::obj became PyNode::pyobj() (before 2.13 Node::pyobj() exists too but is another object)",
+        count=2,
+    ),
+    SourceEdit(
+        "grad_fn is intrusive",
+        f"{_INTEROP}/custom_function_fw.cc",
+        "const std::shared_ptr<torch::autograd::Node>& cdata =",
+        "const auto& cdata =",
+        "2.13",
+        "Tensor::grad_fn() returns a c10::intrusive_ptr<Node>",
+    ),
+    SourceEdit(
+        "THPFunction owns cdata",
+        f"{_INTEROP}/custom_function_fw.cc",
+        "auto saved_for = py_fn->cdata.lock();",
+        "auto saved_for = py_fn->cdata;",
+        "2.13",
+        "THPFunction::cdata is an owning intrusive_ptr<Node>, no longer a weak_ptr",
+    ),
+    SourceEdit(
+        "pooled grad_fns are intrusive",
+        f"{_INTEROP}/ctx_pool.h",
+        "std::unordered_map<size_t, std::shared_ptr<torch::autograd::Node>> grad_fns_;",
+        "std::unordered_map<size_t, c10::intrusive_ptr<torch::autograd::Node>> grad_fns_;",
+        "2.13",
+        "AutogradMeta::grad_fn_, moved into the pool, is a c10::intrusive_ptr<Node>",
+    ),
+    SourceEdit(
+        "C++20",
+        f"{_INTEROP}/setup.py",
+        '"-std=c++17"',
+        '"-std=c++20"',
+        "2.13",
+        "torch's headers use C++20 features",
+    ),
+)
+
+
+class SourceEditError(RuntimeError):
+    """An edit no longer matches the sources it was written for."""
+
+
+def check_torch(torch_version: str) -> None:
+    release = Version(Version(torch_version).base_version)
+    if release not in SpecifierSet(TORCH_VERSIONS):
+        raise SourceEditError(
+            f"ORTModule's torch extensions are built with ort_zero's source edits for torch{TORCH_VERSIONS}, and "
+            f"torch {torch_version} is installed; install the pinned stack (launch/bootstrap.sh)"
+        )
+
+
+def edits_for(extension_path: str, torch_version: str) -> list[SourceEdit]:
+    release = Version(Version(torch_version).base_version)
+    return [
+        edit
+        for edit in EDITS
+        if edit.path.startswith(extension_path + "/") and release >= Version(edit.since_torch)
+    ]
+
+
+def apply(root: Path, extension_path: str, torch_version: str) -> list[str]:
+    """Edit the scratch copy of one extension (`root` = torch_cpp_extensions/ copy); returns the edits' names."""
+    check_torch(torch_version)
+    applied = []
+    for edit in edits_for(extension_path, torch_version):
+        source = root / edit.path
+        text = source.read_text()
+        found = text.count(edit.find)
+        if found != edit.count:
+            raise SourceEditError(
+                f"ort_zero's edit '{edit.name}' expects {edit.count} occurrence(s) of {edit.find!r} in {edit.path} "
+                f"of onnxruntime-training {ORT_VERSION} and found {found}: the sources differ from those it was "
+                "written for"
+            )
+        source.write_text(text.replace(edit.find, edit.replace))
+        applied.append(edit.name)
+    return applied
