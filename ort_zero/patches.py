@@ -42,7 +42,7 @@ def _torch_compat(factory_name: str, *args: str) -> Callable[[Any], Any]:
 
 
 # ORTModule 1.19.2 on today's torch: applied when ort_zero is imported, since ORTModule cannot even be imported
-# without them (users import it right after ort_zero). Why: ort_zero/ort/torch_compat.py.
+# without them (users import it right after ort_zero). They touch torch only. Why: ort_zero/ort/torch_compat.py.
 _TS_MOVED = "torch >= 2.9 moved the TorchScript exporter's private modules under torch.onnx._internal." + (
     "torchscript_exporter; ORTModule imports them from the old place"
 )
@@ -55,33 +55,24 @@ for _name, _owner, _attribute, _replacement in [
     ("torch.onnx.symbolic_opset9._convolution_mode", "torch.onnx.symbolic_opset9", "_convolution_mode",
      _torch_compat("moved_function", "symbolic_opset9", "_convolution_mode")),
 ]:  # fmt: skip
-    register(Patch(_name, _owner, _attribute, "torch", TORCH_VERSIONS, _TS_MOVED, _replacement), group="torch_onnx")
+    register(
+        Patch(_name, _owner, _attribute, "torch", TORCH_VERSIONS, _TS_MOVED, _replacement, adds=True),
+        group="torch_onnx",
+    )
 
 register(
     Patch(
-        name="torch.onnx.export_with_torchscript",
+        name="torch.onnx.export_for_ort",
         owner_path="torch.onnx",
         attribute="export",
         distribution="torch",
         versions=TORCH_VERSIONS,
-        reason="torch >= 2.9 exports with dynamo by default, which has no PythonOps (ORT does not pass dynamo); "
-        "while ORTModule exports, dynamo is off unless asked for.",
-        make_replacement=_torch_compat("torchscript_export"),
+        reason="torch >= 2.9 exports with dynamo by default, which makes no PythonOps, and ORT does not pass "
+        "dynamo=False: called from ONNX Runtime's own modules, dynamo is off unless asked for; every other "
+        "caller keeps torch's default.",
+        make_replacement=_torch_compat("torchscript_export_for_ort"),
     ),
-    group="torchscript_export",
-)
-register(
-    Patch(
-        name="ort.export_with_torchscript",
-        owner_path="onnxruntime.training.ortmodule._graph_transition_manager:GraphTransitionManager",
-        attribute="_get_exported_model",
-        distribution="onnxruntime-training",
-        versions=ORT_VERSIONS,
-        reason="ORTModule's export must run torch's TorchScript exporter (see torch.onnx.export_with_torchscript); "
-        "torch.onnx.export keeps its default outside ORTModule.",
-        make_replacement=lambda replaced: _torch_compat("exporting_with_torchscript")(replaced),
-    ),
-    group="ort",
+    group="torch_onnx",
 )
 
 

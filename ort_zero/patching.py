@@ -32,6 +32,7 @@ class Patch:
     versions: str  # PEP 440 specifier the patch was written and tested for
     reason: str
     make_replacement: Callable[[Any], Any]
+    adds: bool = False  # the owner may lack the attribute (a name torch moved): added, and removed on revert
     original: Any = field(default=None, repr=False)
     owned: bool = False  # the attribute was defined on the owner itself, not inherited
     applied: bool = False
@@ -138,8 +139,10 @@ def registered() -> list[Patch]:
 def _apply(patch: Patch) -> None:
     owner = patch.owner()
     patch.owned = patch.attribute in vars(owner)
-    # An attribute the owner lacks (a module torch moved) is added, and removed again on revert.
-    patch.original = vars(owner)[patch.attribute] if patch.owned else getattr(owner, patch.attribute, None)
+    if patch.owned:
+        patch.original = vars(owner)[patch.attribute]
+    else:
+        patch.original = getattr(owner, patch.attribute, None) if patch.adds else getattr(owner, patch.attribute)
     setattr(owner, patch.attribute, patch.make_replacement(patch.original))
     patch.applied = True
     logger.debug("ort_zero: patched %s.%s (%s)", patch.owner_path, patch.attribute, patch.name)

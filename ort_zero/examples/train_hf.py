@@ -228,7 +228,7 @@ def training_arguments(args: argparse.Namespace) -> Any:
         logging_steps=1,
         save_strategy="steps" if args.save_steps else "no",
         save_steps=args.save_steps or 500,
-        gradient_checkpointing=args.gradient_checkpointing,
+        activation_checkpointing=args.gradient_checkpointing,
         seed=args.seed,
         report_to=[],
         disable_tqdm=True,

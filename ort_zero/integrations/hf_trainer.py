@@ -9,7 +9,7 @@ loss kwargs), saves it with `save_pretrained` and hands it to accelerate's `prep
 `deepspeed.initialize`. Only what `prepare` receives is wrapped in ORTModule (whose forward is `(*inputs, **kwargs)`
 and tells the Trainer nothing), so DeepSpeed's engine runs the model in ONNX Runtime while everything the Trainer
 reads and saves is the plain model's. What the Trainer offers that cannot run in ORT is refused when the trainer is
-created, with the reason and the way out. Gradient checkpointing becomes ort_zero's layer-wise recompute.
+created, with the reason and the way out. Activation (gradient) checkpointing becomes ort_zero's layer-wise recompute.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import numbers
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,22 +59,29 @@ def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | Non
             f"ORTZeroTrainer needs ZeRO stage 3, the DeepSpeed config {args.deepspeed!r} asks for stage {stage}; "
             "use a stage-3 config (ds_configs/zero3_hf_auto.json), or transformers.Trainer for other stages"
         )
+    ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    if args.world_size != ranks:
+        raise UnsupportedInORT(
+            f"the Trainer sees {args.world_size} process(es) of the {ranks} ranks (every rank would train on the same "
+            "batches and save as rank 0): accelerate counts DeepSpeed's ranks on CPU only with "
+            "TrainingArguments(use_cpu=True)"
+        )
 
 
 def recompute_instead_of_checkpointing(args: TrainingArguments, model: torch.nn.Module | None) -> TrainingArguments:
-    """Gradient checkpointing (`gradient_checkpointing=True`, or enabled on the model) becomes ort_zero's layer-wise
-    recompute in ORT (level 1, or the level already set if higher), announced: each decoder layer is recomputed in
-    the backward inside ORT's graph, its parameters gathered again. The Trainer gets a copy of `args` that leaves
-    Hugging Face's checkpoint calls off (the caller's `args` is not changed); a model that already has them on keeps
-    them, and the export runs them as plain calls."""
-    if not (args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False)):
+    """Activation checkpointing (`activation_checkpointing=True` or its deprecated alias `gradient_checkpointing`, or
+    enabled on the model) becomes ort_zero's layer-wise recompute in ORT (level 1, or the level already set if
+    higher), announced: each decoder layer is recomputed in the backward inside ORT's graph, its parameters gathered
+    again. The Trainer gets a copy of `args` that leaves Hugging Face's checkpoint calls off (the caller's `args` is
+    not changed); a model that already has them on keeps them, and the export runs them as plain calls."""
+    if not (args.activation_checkpointing or getattr(model, "is_activation_checkpointing", False)):
         return args
     settings.recompute_level_override = max(settings.recompute_level(), 1)
     checkpointing.announce(settings.recompute_level_override)
-    if not args.gradient_checkpointing:
+    if not args.activation_checkpointing:
         return args
     args = copy.copy(args)
-    args.gradient_checkpointing = False
+    args.activation_checkpointing = args.gradient_checkpointing = False  # the old name mirrors the new one
     return args
 
 
@@ -110,35 +116,19 @@ class ORTZeroTrainer(Trainer):
         with _without_name_collision_warnings():
             return ORTModule(model)
 
-    def _wrap_model(self, model: torch.nn.Module, training: bool = True, dataloader: Any = None) -> torch.nn.Module:
-        """Evaluation after training runs the DeepSpeed engine (so ORT), not `trainer.model` in PyTorch."""
-        if not training and model is self.model and self.deepspeed is not None:
-            return self.model_wrapped
-        return super()._wrap_model(model, training, dataloader)
-
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        """Resuming: transformers 4.46 saves NumPy's RNG state in `rng_state_<rank>.pth` and loads it with
-        torch.load's default, which torch 2.6 (the newest torch ORT 1.19.2 runs with) turned to weights_only=True:
-        the NumPy types of that state are refused. They, and nothing more, are allowed here."""
-        import numpy
-
-        multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
-        rng_types = [multiarray._reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]
-        with torch.serialization.safe_globals(rng_types):
-            super()._load_rng_state(checkpoint)
-
-    def compute_loss(
+    def prediction_step(
         self,
         model: torch.nn.Module,
         inputs: dict[str, Any],
-        return_outputs: bool = False,
-        num_items_in_batch: Any = None,
-    ) -> Any:
-        """A Python number among the inputs becomes a constant of the exported graph (ORT does not check it again):
-        the token count the Trainer passes with `average_tokens_across_devices` goes in as a tensor."""
-        if isinstance(num_items_in_batch, numbers.Number):
-            num_items_in_batch = torch.tensor(num_items_in_batch, device=self.args.device)
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """Once DeepSpeed's engine exists (after training), the Trainer evaluates `trainer.model`, which would run
+        in PyTorch; the engine (so ORT) runs it instead, in the mode the Trainer set on the model."""
+        if model is self.model and self.model_wrapped is not self.model:
+            self.model_wrapped.train(model.training)
+            model = self.model_wrapped
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
 
 
 @contextlib.contextmanager

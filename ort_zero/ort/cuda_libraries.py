@@ -111,13 +111,14 @@ def provider_library() -> Path:
 
 
 def torch_curand() -> Path | None:
-    """torch's own libcurand.so.10 (CUDA 12; it serves ORT too): preloading the CUDA 11 one instead would hand it to
-    torch as well, whose libraries then find a libcurand.so.10 already loaded."""
+    """torch's own libcurand.so.10 (CUDA 12 or 13, same SONAME; it serves ORT too): preloading the CUDA 11 one
+    instead would hand it to torch as well, whose libraries then find a libcurand.so.10 already loaded."""
     spec = importlib.util.find_spec("nvidia")
     for folder in spec.submodule_search_locations if spec and spec.submodule_search_locations else []:
-        candidate = Path(folder) / "curand" / "lib" / "libcurand.so.10"
-        if candidate.exists():
-            return candidate
+        for layout in ("curand", "cu13"):  # CUDA 12 wheels: one folder per component; CUDA 13: one for all
+            candidate = Path(folder) / layout / "lib" / "libcurand.so.10"
+            if candidate.exists():
+                return candidate
     return None
 
 

@@ -132,6 +132,17 @@ EDITS: tuple[SourceEdit, ...] = (
         "AutogradMeta::grad_fn_, moved into the pool, is a c10::intrusive_ptr<Node>",
     ),
     SourceEdit(
+        "emptyCache takes a pool",
+        "cuda/torch_gpu_allocator/torch_gpu_allocator.cc",
+        "  return reinterpret_cast<size_t>(&c10::cuda::CUDACachingAllocator::emptyCache);",
+        "  // ort_zero: ORT calls this address with no argument; emptyCache takes a MempoolId_t from torch 2.8.\n"
+        "  static void (*empty_all)() = [] { c10::cuda::CUDACachingAllocator::emptyCache(); };\n"
+        "  return reinterpret_cast<size_t>(empty_all);",
+        "2.8",
+        "CUDACachingAllocator::emptyCache(MempoolId_t) called through ORT's argument-less pointer would read a "
+        "garbage pool id",
+    ),
+    SourceEdit(
         "C++20",
         f"{_INTEROP}/setup.py",
         '"-std=c++17"',
@@ -158,9 +169,7 @@ def check_torch(torch_version: str) -> None:
 def edits_for(extension_path: str, torch_version: str) -> list[SourceEdit]:
     release = Version(Version(torch_version).base_version)
     return [
-        edit
-        for edit in EDITS
-        if edit.path.startswith(extension_path + "/") and release >= Version(edit.since_torch)
+        edit for edit in EDITS if edit.path.startswith(extension_path + "/") and release >= Version(edit.since_torch)
     ]
 
 

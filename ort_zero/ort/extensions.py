@@ -18,6 +18,7 @@ import argparse
 import glob
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -80,21 +81,34 @@ def build(flavour: str) -> None:
     folder = extensions_dir()
     cached = CACHE_ROOT / cache_key(flavour)
     if cached.is_dir() and list(cached.glob("*.so")):
-        for lib in cached.glob("*.so"):
-            shutil.copy2(lib, folder / lib.name)
+        for built in [*cached.glob("*.so"), *cached.glob(BUILD_RECORD.format(flavour=flavour))]:
+            shutil.copy2(built, folder / built.name)
         print(f"[extensions] {flavour}: restored from {cached}")
         return
-    for name in missing_extensions(flavour):
-        compile_extension(flavour, name, folder)
-    cached.mkdir(parents=True, exist_ok=True)
-    for lib in built_libraries(flavour):
-        shutil.copy2(lib, cached / lib.name)
-
-
-def compile_extension(flavour: str, name: str, destination: Path) -> Path:
-    """Compile one extension in a scratch copy of its sources, with ort_zero's edits for the installed torch
-    (`extension_sources`); its library lands in `destination`."""
+    edits = {name: compile_extension(flavour, name, folder) for name in missing_extensions(flavour)}
+    record = folder / BUILD_RECORD.format(flavour=flavour)
     import torch
+
+    record.write_text(json.dumps({"torch": torch.__version__, "edits": edits}, indent=1))
+    cached.mkdir(parents=True, exist_ok=True)
+    for built in [*built_libraries(flavour), record]:
+        shutil.copy2(built, cached / built.name)
+
+
+# Beside the libraries: the torch they were built against and ort_zero's source edits in them (`ort-zero doctor`).
+BUILD_RECORD = "ort_zero_{flavour}_build.json"
+
+
+def build_record(flavour: str) -> dict | None:
+    record = extensions_dir() / BUILD_RECORD.format(flavour=flavour)
+    return json.loads(record.read_text()) if record.is_file() else None
+
+
+def compile_extension(flavour: str, name: str, destination: Path) -> list[str]:
+    """Compile one extension in a scratch copy of its sources, with ort_zero's edits for the installed torch
+    (`extension_sources`); its library lands in `destination`. Returns the names of the edits applied."""
+    import torch
+
     env = dict(
         os.environ,
         ORTMODULE_TORCH_CPP_DIR=str(extensions_dir()),
@@ -119,20 +133,22 @@ def compile_extension(flavour: str, name: str, destination: Path) -> Path:
         destination.mkdir(parents=True, exist_ok=True)
         for lib in built:
             shutil.copy2(lib, destination / lib.name)
-    return destination / built[0].name
+    return edits
 
 
 def assemble_cuda_home(home: Path) -> Path:
-    """A CUDA_HOME for g++ only: the CUDA 12 headers torch's own dependencies carry and a `libcudart.so` to link.
+    """A CUDA_HOME for g++ only: the CUDA headers torch's own dependencies carry and a `libcudart.so` to link.
 
-    torch's build helper takes include/ and lib64/ from CUDA_HOME and calls nvcc only for .cu sources. The
-    nvidia-*-cu12 wheels bring most headers; `crt/` (which cuda_runtime_api.h includes) only comes with triton's
-    bundled copy of the same CUDA release, so triton's fills what the wheels lack."""
-    import nvidia.cuda_runtime
+    torch's build helper takes include/ and lib64/ from CUDA_HOME and calls nvcc only for .cu sources. torch's
+    nvidia wheels bring most headers (CUDA 12: one folder per component; CUDA 13: all in nvidia/cu13); `crt/` (which
+    cuda_runtime_api.h includes) only comes with triton's bundled copy of the same CUDA release, so triton's fills
+    what the wheels lack."""
+    import nvidia
     import triton
 
-    nvidia_root = Path(list(nvidia.cuda_runtime.__path__)[0]).parent
-    sources = [*sorted(nvidia_root.glob("*/include")), Path(triton.__file__).parent / "backends/nvidia/include"]
+    nvidia_roots = [Path(folder) for folder in nvidia.__path__]
+    wheel_includes = sorted(include for root in nvidia_roots for include in root.glob("*/include"))
+    sources = [*wheel_includes, Path(triton.__file__).parent / "backends/nvidia/include"]
     include, lib64 = home / "include", home / "lib64"
     for source in sources:
         for header in sorted(p for p in source.rglob("*") if p.is_file() and "__" not in str(p.relative_to(source))):
@@ -141,7 +157,8 @@ def assemble_cuda_home(home: Path) -> Path:
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(header)
     lib64.mkdir(parents=True)
-    (lib64 / "libcudart.so").symlink_to(next(nvidia_root.glob("cuda_runtime/lib/libcudart.so.*")))
+    cudart = next(lib for root in nvidia_roots for lib in sorted(root.glob("*/lib/libcudart.so.*")))
+    (lib64 / "libcudart.so").symlink_to(cudart)
     return home
 
 
@@ -153,14 +170,10 @@ def ensure() -> None:
 
 
 def smoke() -> None:
-    """A tiny ORTModule forward/backward that must run in ORT: fallback disabled, ORT's session checked, with
-    ort_zero's patches for ORTModule on this torch."""
+    """A tiny ORTModule forward/backward that must run in ORT: fallback disabled, ORT's session checked (with the
+    torch.onnx patches `import ort_zero` applies)."""
     os.environ["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
     import torch
-
-    from .. import patches
-
-    patches.apply_group("ort")
     from onnxruntime.training.ortmodule import ORTModule
 
     model = ORTModule(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)))

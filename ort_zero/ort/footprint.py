@@ -1,20 +1,18 @@
 """What ORTModule keeps once its training session exists, cut down to what it needs.
 
-Measured with memray on the small GPT (16 blocks, rank 0 of 2), everything the first step leaves besides the session:
-the C++ graph builder (37 MiB), the graphs ORTModule keeps as protobufs (19.5 MiB held for 2.8 MiB serialized: upb
-arenas never free what a rewrite replaced), torch.onnx's diagnostics of the export (8 MiB of call stacks, one per
-node it could not infer, kept in a module-level engine for the process's life) and the session's copy of the model
-bytes (1.8 MiB). Freed small blocks of the export's garbage then stay in the heap (28 MiB that `malloc_trim` returns).
+Measured with memray on the small GPT (16 blocks, rank 0 of 2, torch 2.6), everything the first step leaves besides the
+session: the C++ graph builder (37 MiB), the graphs ORTModule keeps as protobufs (19.5 MiB held for 2.8 MiB
+serialized: upb arenas never free what a rewrite replaced) and the session's copy of the model bytes (1.8 MiB).
+(torch 2.6's exporter also kept 8 MiB of diagnostics per export; the TorchScript exporter of torch >= 2.9 keeps none.)
+Freed small blocks of the export's garbage then stay in the heap (28 MiB that `malloc_trim` returns).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import functools
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -51,18 +49,6 @@ def trim_training_manager(manager: Any) -> None:
     return_freed_heap()
 
 
-@contextlib.contextmanager
-def export_diagnostics_dropped() -> Iterator[None]:
-    """Drops the diagnostics torch.onnx records during an export (it keeps every export's for the process's life)."""
-    engine = _torch_onnx_diagnostics_engine()
-    kept = len(engine.contexts) if engine is not None else 0
-    try:
-        yield
-    finally:
-        if engine is not None:
-            del engine.contexts[kept:]
-
-
 def return_freed_heap() -> None:
     """Hands the heap's free pages back to the OS (glibc), as an export leaves many; elsewhere a no-op."""
     trim = getattr(_libc(), "malloc_trim", None)
@@ -85,15 +71,6 @@ def malloced_bytes() -> int | None:
     gc.collect()
     info = mallinfo2()
     return info.uordblks + info.hblkhd
-
-
-def _torch_onnx_diagnostics_engine() -> Any:
-    try:
-        from torch.onnx._internal.diagnostics import _diagnostic
-    except ImportError:
-        return None
-    engine = getattr(_diagnostic, "engine", None)
-    return engine if isinstance(getattr(engine, "contexts", None), list) else None
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from ..hooks import passthrough
 from .backward_gather import regather_for_backward
 from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
 from .export_errors import naming_export_failures
-from .footprint import export_diagnostics_dropped, trim_training_manager
+from .footprint import trim_training_manager
 from .graph import is_zero3_graph, register_function
 from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
 from .passthrough_buffers import plan_passthrough_buffers
@@ -33,15 +33,13 @@ logger = logging.getLogger(__name__)
 def export_context(original: Callable, during_export: Callable[[], contextlib.AbstractContextManager]) -> Callable:
     """Replaces `stage3_export_context`: ORT's needs `torch.onnx._internal._beartype`, gone in torch >= 2.5.
 
-    Every export (ZeRO-3 or not) runs inside it, so export failures name their module and torch.onnx's diagnostics of
-    it are not kept. A ZeRO-3 export also runs inside `during_export()` (the registry's export-time patches: torch's
-    own F.linear)."""
+    Every export (ZeRO-3 or not) runs inside it, so export failures name their module. A ZeRO-3 export also runs
+    inside `during_export()` (the registry's export-time patches: torch's own F.linear)."""
 
     @contextlib.contextmanager
     def zero3_export_context(enable: bool, stage3_param_handle: Any, flattened_module: torch.nn.Module) -> Iterator:
         with contextlib.ExitStack() as stack:
             stack.enter_context(naming_export_failures(flattened_module))
-            stack.enter_context(export_diagnostics_dropped())
             if is_zero3_module(flattened_module):
                 stack.enter_context(during_export())
                 stack.enter_context(materialized_for_export(flattened_module))

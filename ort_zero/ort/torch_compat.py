@@ -2,14 +2,15 @@
 
 From torch 2.9 the TorchScript exporter's private modules live under `torch.onnx._internal.torchscript_exporter`,
 and `torch.onnx.export` exports with dynamo unless told otherwise. ORTModule imports the old paths and exports
-through TorchScript (PythonOps exist only there), so the old names point at the moved modules, and while ORTModule
-exports, `torch.onnx.export` defaults to `dynamo=False`.
+through TorchScript (PythonOps exist only there), so the old names point at the moved modules, and called from ORT,
+`torch.onnx.export` defaults to `dynamo=False`.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from typing import Any
 
 TORCHSCRIPT_EXPORTER = "torch.onnx._internal.torchscript_exporter"
@@ -33,23 +34,17 @@ def moved_function(module: str, name: str) -> Any:
     return replacement
 
 
-def torchscript_export(export: Any) -> Any:
-    """`torch.onnx.export` with dynamo off unless the caller chose."""
+def torchscript_export_for_ort(export: Any) -> Any:
+    """`torch.onnx.export`, with dynamo off unless chosen when ONNX Runtime's own code calls it.
+
+    Told by the calling frame's module, since ORT calls it from several places (ORTModule's export, its
+    hierarchical and gradient-graph tools) and all of them need the TorchScript exporter."""
 
     @functools.wraps(export)
-    def export_with_torchscript(*args: Any, dynamo: bool = False, **kwargs: Any) -> Any:
-        return export(*args, dynamo=dynamo, **kwargs)
+    def export_for_ort(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.startswith("onnxruntime.") and "dynamo" not in kwargs:
+            kwargs["dynamo"] = False
+        return export(*args, **kwargs)
 
-    return export_with_torchscript
-
-
-def exporting_with_torchscript(original: staticmethod) -> staticmethod:
-    """Wraps ORTModule's export (a staticmethod) so that `torch.onnx.export` is the TorchScript one while it runs."""
-    from .. import patches
-
-    @functools.wraps(original.__func__)
-    def get_exported_model(*args: Any, **kwargs: Any) -> Any:
-        with patches.applied("torchscript_export"):
-            return original.__func__(*args, **kwargs)
-
-    return staticmethod(get_exported_model)
+    return export_for_ort

@@ -46,10 +46,8 @@ class RssPeak:
 
 def what_ortmodule_keeps(engine: deepspeed.DeepSpeedEngine) -> dict[str, object]:
     """Besides its session, after training: the bytes ORTModule's kept graphs (exported, processed, optimized) hold,
-    measured by dropping them, against their serialized size; torch.onnx's kept export diagnostics; whether the
+    measured by dropping them, against their serialized size; whether the
     graph builder and the session's copy of the model bytes are still there."""
-    from torch.onnx._internal.diagnostics import _diagnostic
-
     manager = engine.module._torch_module._execution_manager(True)
     transitions = manager._graph_transition_manager
     holders = [
@@ -66,7 +64,6 @@ def what_ortmodule_keeps(engine: deepspeed.DeepSpeedEngine) -> dict[str, object]
     return {
         "graph_bytes": before - malloced_bytes(),
         "serialized_bytes": serialized,
-        "export_diagnostics": len(_diagnostic.engine.contexts),
         "graph_builder": manager._graph_builder is not None,
         "session_model_bytes": manager._execution_agent._inference_session._model_bytes is not None,
     }

@@ -36,8 +36,10 @@ def test_gpu_allocator_builds_without_nvcc_and_imports(tmp_path: Path, monkeypat
     (tools / "nvcc").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_HOME", raising=False)
-    library = extensions.compile_extension("cuda", "torch_gpu_allocator", tmp_path / "built")
+    edits = extensions.compile_extension("cuda", "torch_gpu_allocator", tmp_path / "built")
     assert not called.exists()
+    assert edits == ["emptyCache takes a pool"]
+    (library,) = (tmp_path / "built").glob("torch_gpu_allocator*.so")
     child = subprocess.run([sys.executable, "-c", IMPORT_ALLOCATOR, str(library)], capture_output=True, text=True,
                            timeout=300)  # fmt: skip
     assert child.returncode == 0, child.stderr

@@ -1,10 +1,9 @@
 """What ORTModule keeps once its training session exists (`ort_zero.ort.footprint`): no graph builder, no second
-copy of the model bytes, no torch.onnx diagnostics of the export, its graphs compacted; and training goes on."""
+copy of the model bytes, its graphs compacted; and training goes on."""
 
 from __future__ import annotations
 
 import copy
-import io
 
 import onnx
 import pytest
@@ -13,11 +12,9 @@ from onnx import helper
 
 ortmodule = pytest.importorskip("onnxruntime.training.ortmodule")
 
-from torch.onnx._internal.diagnostics import _diagnostic  # noqa: E402
-
 import ort_zero  # noqa: E402
 from ort_zero.ort import footprint  # noqa: E402
-from ort_zero.ort.footprint import compacted, export_diagnostics_dropped  # noqa: E402
+from ort_zero.ort.footprint import compacted  # noqa: E402
 
 
 def malloced_bytes() -> int:
@@ -39,7 +36,6 @@ def held_by(make: object) -> int:
 def test_the_session_trains_on_with_only_what_it_needs_kept() -> None:
     torch.manual_seed(0)
     plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    diagnostics_before = len(_diagnostic.engine.contexts)
     ort_zero.enable_zero3()
     try:
         model = ortmodule.ORTModule(copy.deepcopy(plain))
@@ -51,7 +47,6 @@ def test_the_session_trains_on_with_only_what_it_needs_kept() -> None:
             assert manager._execution_agent is not None, "no ORT session ran"
             assert manager._graph_builder is None
             assert manager._execution_agent._inference_session._model_bytes is None
-            assert len(_diagnostic.engine.contexts) == diagnostics_before, "torch.onnx kept the export's diagnostics"
         for ort_param, param in zip(model.parameters(), plain.parameters(), strict=True):
             assert torch.allclose(ort_param.grad, param.grad, atol=1e-5)
     finally:
@@ -84,11 +79,3 @@ def test_a_compacted_graph_holds_what_a_fresh_parse_holds() -> None:
     as_parsed = held_by(lambda: rewritten_model(nodes=2000, rewrites=0))
     assert as_compacted < 1.5 * as_parsed, (as_compacted, as_parsed)
     assert as_rewritten > 4 * as_compacted, (as_rewritten, as_compacted)
-
-
-def test_only_the_diagnostics_of_the_export_inside_are_dropped() -> None:
-    kept = len(_diagnostic.engine.contexts)
-    with export_diagnostics_dropped():
-        torch.onnx.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), io.BytesIO())
-        assert len(_diagnostic.engine.contexts) == kept + 1
-    assert len(_diagnostic.engine.contexts) == kept
