@@ -8,18 +8,15 @@ engine, *_ = deepspeed.initialize(model=model, config=...)
 
 from __future__ import annotations
 
-import warnings
-
 from . import patches
 from .api import disable_zero3, enable_from_environment, enable_mem_efficient_grads, enable_zero3, is_zero3_enabled
+from .ort.console import quiet_imports
 from .ort.cuda_libraries import make_findable
 
 __version__ = "0.1.0"
 __all__ = ["disable_zero3", "enable_mem_efficient_grads", "enable_zero3", "is_zero3_enabled"]
 
-# ORT's own ZeRO-3 subscriber (replaced by ort_zero's, never used) fails to import on DeepSpeed >= 0.14 and warns about
-# it whenever ORTModule is imported: not a problem of the user's.
-warnings.filterwarnings("ignore", message="DeepSpeed import error cannot import name '_apply_to_tensors_only'")
+quiet_imports()  # notes that importing ORT causes and no user of ort_zero needs
 patches.apply_group("torch_onnx")  # ORTModule imports torch.onnx modules by their pre-2.9 names
 make_findable()  # on GPU hosts: ORT's CUDA 11 libraries, before any ORT session loads its CUDA provider
 enable_from_environment()

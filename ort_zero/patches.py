@@ -251,6 +251,31 @@ for _name, _owner, _attribute, _distribution, _versions, _reason, _replacement, 
     register(Patch(_name, _owner, _attribute, _distribution, _versions, _POLICY + _reason, _replacement), _group)
 
 
+def _console(factory_name: str) -> Callable[[Any], Any]:
+    def make(replaced: Any) -> Any:
+        from .ort import console
+
+        return getattr(console, factory_name)(replaced)
+
+    return make
+
+
+# What ORTModule prints (why each line goes: ort_zero/ort/console.py).
+for _name, _owner, _attribute, _factory, _reason in [
+    ("ort.quiet_logger", "onnxruntime.training.ortmodule.ortmodule", "configure_ortmodule_logger", "quiet_logger",
+     "ORT warns on every ZeRO-3 export that the user asked not to deep-copy the model (ort_zero skips the copy on "
+     "purpose) and prints its captured export log at warning level: the first goes, the second is DEBUG"),
+    ("ort.feature_table", "onnxruntime.training.ortmodule._graph_execution_manager:GraphExecutionManager",
+     "_log_feature_stats", "feature_table_unless_zero3",
+     "ORT's feature table says 'ZeRO Stage3 Support: OFF' and names ORT's memory optimizer while ort_zero runs "
+     "ZeRO-3 and its own recompute: not shown for a ZeRO-3 model"),
+]:  # fmt: skip
+    register(
+        Patch(_name, _owner, _attribute, "onnxruntime-training", ORT_VERSIONS, _reason, _console(_factory)),
+        group="ort",
+    )
+
+
 def _optimize_all_then_regather(replaced: Any) -> Any:
     from .ort import integration
 

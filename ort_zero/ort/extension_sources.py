@@ -143,6 +143,24 @@ EDITS: tuple[SourceEdit, ...] = (
         "garbage pool id",
     ),
     SourceEdit(
+        "quiet first PythonOp run (forward)",
+        f"{_INTEROP}/custom_function_fw.cc",
+        '      std::cerr << "First-time run initialize kernel info including materialize_grads and '
+        'materialize_grads_config."\n                << std::endl;\n',
+        "",
+        "2.0",
+        "every rank printed this note to stderr at its first PythonOp: nothing a user can act on",
+    ),
+    SourceEdit(
+        "quiet first PythonOp run (saved tensors)",
+        f"{_INTEROP}/custom_function_fw.cc",
+        '        std::cerr << "First time run initialize kernel info including saved_for_forward, and mark_dirty '
+        'infos." << std::endl;\n',
+        "",
+        "2.0",
+        "every rank printed this note to stderr at its first PythonOp: nothing a user can act on",
+    ),
+    SourceEdit(
         "C++20",
         f"{_INTEROP}/setup.py",
         '"-std=c++17"',

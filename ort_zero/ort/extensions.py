@@ -82,10 +82,10 @@ def build(flavour: str) -> None:
     cached = CACHE_ROOT / cache_key(flavour)
     if cached.is_dir() and list(cached.glob("*.so")):
         for built in [*cached.glob("*.so"), *cached.glob(BUILD_RECORD.format(flavour=flavour))]:
-            shutil.copy2(built, folder / built.name)
+            place(built, folder / built.name)
         print(f"[extensions] {flavour}: restored from {cached}")
         return
-    edits = {name: compile_extension(flavour, name, folder) for name in missing_extensions(flavour)}
+    edits = {name: compile_extension(flavour, name, folder) for name in extension_names(flavour)}
     record = folder / BUILD_RECORD.format(flavour=flavour)
     import torch
 
@@ -102,6 +102,18 @@ BUILD_RECORD = "ort_zero_{flavour}_build.json"
 def build_record(flavour: str) -> dict | None:
     record = extensions_dir() / BUILD_RECORD.format(flavour=flavour)
     return json.loads(record.read_text()) if record.is_file() else None
+
+
+def up_to_date(flavour: str) -> bool:
+    """Built for the installed torch with the edits ort_zero declares now (a changed edit or torch rebuilds)."""
+    import torch
+
+    record = build_record(flavour)
+    wanted = {
+        name: [edit.name for edit in extension_sources.edits_for(f"{flavour}/{name}", torch.__version__)]
+        for name in extension_names(flavour)
+    }
+    return record is not None and record["torch"] == torch.__version__ and record["edits"] == wanted
 
 
 def compile_extension(flavour: str, name: str, destination: Path) -> list[str]:
@@ -132,8 +144,15 @@ def compile_extension(flavour: str, name: str, destination: Path) -> list[str]:
             )
         destination.mkdir(parents=True, exist_ok=True)
         for lib in built:
-            shutil.copy2(lib, destination / lib.name)
+            place(lib, destination / lib.name)
     return edits
+
+
+def place(source: Path, target: Path) -> None:
+    """Copy by renaming into place: a process that has the old library loaded keeps its file intact."""
+    staging = target.with_name(f".{target.name}.{os.getpid()}")
+    shutil.copy2(source, staging)
+    os.replace(staging, target)
 
 
 def assemble_cuda_home(home: Path) -> Path:
@@ -164,7 +183,7 @@ def assemble_cuda_home(home: Path) -> Path:
 
 def ensure() -> None:
     for flavour in wanted_flavours():
-        if missing_extensions(flavour):
+        if missing_extensions(flavour) or not up_to_date(flavour):
             build(flavour)
         print(f"[extensions] {flavour}: {', '.join(sorted(p.name for p in built_libraries(flavour)))}")
 
