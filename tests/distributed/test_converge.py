@@ -31,8 +31,7 @@ def test_converge_agrees_and_writes_its_report_and_plot(tmp_path: Path) -> None:
         assert (tmp_path / name / "losses.csv").is_file()
     training = json.loads((tmp_path / "ort" / "ort.json").read_text())["training"]
     assert training["session"] and "ort_zero.zero3.bridges.PreForwardBridge" in training["python_ops"], training
-    assert "is accelerating your model" in (tmp_path / "ort" / "launcher.log").read_text()
-    assert "is accelerating your model" not in (tmp_path / "pytorch" / "launcher.log").read_text()
+    assert not (tmp_path / "pytorch" / "ort.json").exists(), "the PyTorch side wrote an ORT record"
 
 
 # ort_zero's layer-wise recompute lives there once it exists; until then no ORT run can recompute a ZeRO-3 graph.
