@@ -31,7 +31,7 @@ def main() -> None:
     if args.mode == "ort":
         from onnxruntime.training.ortmodule import ORTModule
 
-        import ort_zero
+        import ort_zero  # before ORTModule: makes it importable on today's torch
 
         ort_zero.enable_mem_efficient_grads(args.mem_grads)
         model = ORTModule(model)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
-ortmodule = pytest.importorskip("onnxruntime.training.ortmodule")
+import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importable on today's torch)
+
+ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.ort.graph import qualified_name  # noqa: E402
 from ort_zero.ort.inspection import ort_run_record  # noqa: E402
