@@ -7,7 +7,7 @@ the stdlib corpus (no downloads). The job is an ordinary Trainer script; the one
     DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 -m ort_zero.examples.train_hf --model-type llama \\
         --deepspeed ds_configs/zero3_hf_auto.json --max-steps 20 --output-dir runs/hf
 
-Rank 0 writes to <output-dir>: `losses.csv` (step, loss averaged over ranks and micro-batches and unrounded, grad
+Rank 0 writes to <output-dir>: `losses.csv` (step, the step's loss over its micro-batches and ranks, unrounded; grad
 norm, learning rate, step time), `zero_init.json` (the model was partitioned as it was built), `result.json` (the
 trained model's eval loss), `ort.json` (the ORT sessions and PythonOps that ran; not with --no-ort) and `model/`
 (`trainer.save_model()`: loadable by `from_pretrained` without ORT or DeepSpeed). Checkpoints go to
@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from deepspeed.accelerator import get_accelerator
 from transformers import TrainerCallback
 
 from ort_zero.data import CorpusWindows, load_corpus
@@ -59,7 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the Trainer's option; in ORT ort_zero's layer-wise recompute of each decoder layer",
     )
     parser.add_argument("--seq-len", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=2, help="per rank")
+    parser.add_argument("--batch-size", type=int, default=2, help="per rank and micro-batch")
+    parser.add_argument(
+        "--gradient-accumulation-steps", type=int, default=1, help="micro-batches per optimizer step (per rank)"
+    )
     parser.add_argument("--hidden-size", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
@@ -78,7 +82,7 @@ def check_args(args: argparse.Namespace) -> None:
             f"--model-type {args.model_type!r} is not a type AutoModelForCausalLM builds "
             "(e.g. llama, gpt2, gpt_neox, mistral, qwen2; all: transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)"
         )
-    for name in ("max_steps", "seq_len", "batch_size", "hidden_size", "layers", "heads"):
+    for name in ("max_steps", "seq_len", "batch_size", "gradient_accumulation_steps", "hidden_size", "layers", "heads"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.save_steps < 0:
@@ -119,6 +123,8 @@ def model_config(args: argparse.Namespace) -> Any:
     for name, value in config.to_dict().items():
         if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
             setattr(config, name, 0.0)
+    if isinstance(getattr(config, "layer_types", None), list):  # one per layer (e.g. sliding or full attention)
+        config.layer_types = config.layer_types[: args.layers]
     config.use_cache = False  # training: no key/value cache among the outputs
     return config
 
@@ -129,7 +135,11 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, in
     from transformers import AutoModelForCausalLM, set_seed
 
     set_seed(args.seed)
-    model = AutoModelForCausalLM.from_config(model_config(args), attn_implementation="eager")
+    # Mixture-of-experts layers as one batched matmul over (token, expert) pairs: the default (grouped_mm) counts
+    # tokens per expert with torch.histc, which ORT's TorchScript export cannot export (README).
+    model = AutoModelForCausalLM.from_config(
+        model_config(args), attn_implementation="eager", experts_implementation="batched_mm"
+    )
     params = list(model.parameters())
     built = {
         "params": len(params),
@@ -148,9 +158,13 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, in
 
 
 class StepLosses(TrainerCallback):
-    """`losses.csv` on rank 0: every optimizer step's loss averaged over micro-batches and ranks, unrounded (the
-    Trainer logs it rounded to 4 decimals), with the grad norm and learning rate the Trainer logs. A resumed run
-    keeps the rows before its first step."""
+    """`losses.csv` on rank 0: every optimizer step's loss over its micro-batches and ranks, unrounded (the Trainer
+    logs it rounded to 4 decimals), with the grad norm and learning rate the Trainer logs. A resumed run keeps the
+    rows before its first step.
+
+    The step's loss is the sum of what `training_step` returns for its micro-batches (each one's share, already
+    scaled for gradient accumulation: by the step's token count, or by the number of micro-batches), averaged over
+    the ranks."""
 
     def __init__(self, path: Path, rank: int) -> None:
         super().__init__()
@@ -229,10 +243,12 @@ def training_arguments(args: argparse.Namespace) -> Any:
         save_strategy="steps" if args.save_steps else "no",
         save_steps=args.save_steps or 500,
         activation_checkpointing=args.gradient_checkpointing,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
         seed=args.seed,
         report_to=[],
         disable_tqdm=True,
         dataloader_num_workers=0,
+        use_cpu=get_accelerator().device_name() == "cpu",  # else accelerate counts one process: see README
     )
 
 
@@ -259,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             args=training_args,
             train_dataset=CorpusWindows(args.seed, 64 * args.max_steps, args.seq_len, load_corpus()),
             eval_dataset=CorpusWindows(eval_seed(args.seed), EVAL_WINDOWS, args.seq_len, load_corpus()),
+            data_collator=collate,
             callbacks=[step_losses],
         )
     except (UsageError, UnsupportedInORT) as error:
@@ -275,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer.save_model(str(args.output_dir / "model"))
     if rank == 0:
         record = {"model_type": args.model_type, "ort": args.ort, "lora": args.lora, "world_size": world_size}
-        record.update(hf_gradient_checkpointing=getattr(model, "is_gradient_checkpointing", False))
+        record.update(trainer_world_size=training_args.world_size)  # the processes the Trainer shards batches over
+        record.update(hf_gradient_checkpointing=getattr(model, "is_activation_checkpointing", False))
         record.update(eval_loss=eval_loss, eval_seed=eval_seed(args.seed), eval_windows=EVAL_WINDOWS)
         record.update(steps=trainer.state.global_step, **numels(model))
         write_json(args.output_dir / "result.json", record)
@@ -285,6 +303,17 @@ def main(argv: list[str] | None = None) -> int:
 
             write_json(args.output_dir / "ort.json", ort_run_record(trainer.model_wrapped))
     return 0
+
+
+def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The Trainer's default batching plus the attention mask a tokenizer gives (all ones: no window is padded).
+    Without a mask, transformers 5 models look for packed sequences in the position ids with `torch.diff`, which
+    ORT's TorchScript export cannot export (README "Hugging Face Trainer")."""
+    from transformers import default_data_collator
+
+    batch = default_data_collator(items)
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    return batch
 
 
 def eval_seed(seed: int) -> int:

@@ -3,8 +3,9 @@
 Each job runs twice, with ORTZeroTrainer and with plain transformers.Trainer (--no-ort, native DeepSpeed), under
 the three launchers; the per-step losses agree to 1e-5. Also: the model is partitioned as it is built (zero.Init),
 LoRA trains only its adapters, `save_model()` gives a checkpoint that `from_pretrained` loads in a fresh process
-without ORT or DeepSpeed, a run resumed from a checkpoint continues the curve, and gradient checkpointing in ORT is
-ort_zero's layer-wise recompute.
+without ORT or DeepSpeed, a run resumed from a checkpoint continues the curve, gradient checkpointing in ORT is
+ort_zero's layer-wise recompute, and gradient accumulation in ORT follows PyTorch and one micro-batch of the
+accumulated size.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ SAVE_AT = 8
 TOLERANCE = 1e-5
 TIMEOUT = 400
 CHECKPOINTING_STEPS = 8
+ACCUMULATION_STEPS = 4  # optimizer steps
+MICRO_BATCH, ACCUMULATION = 2, 4
 CHECKPOINTING_ANNOUNCEMENT = "ort_zero: gradient checkpointing runs in ONNX Runtime as ort_zero's layer-wise recompute"
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
 LAUNCHERS = {
@@ -51,6 +54,13 @@ def losses(out: Path) -> list[float]:
 
 def record(out: Path, name: str) -> dict:
     return json.loads((out / name).read_text())
+
+
+def weights(out: Path) -> dict:
+    """The trained model as `save_model()` wrote it (full tensors, plain names)."""
+    from safetensors.torch import load_file
+
+    return load_file(out / "model" / "model.safetensors")
 
 
 def assert_ran_in_ort(out: Path) -> None:
@@ -82,6 +92,8 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_llama_in_ort_follows_pytorch(llama: tuple[Path, Path]) -> None:
     ort, torch_run = llama
     assert_ran_in_ort(ort)
+    for out in llama:  # each rank trained on its own batches: accelerate counted both ranks
+        assert record(out, "result.json")["trainer_world_size"] == 2
     assert_same_curve(losses(torch_run), losses(ort))
     assert record(ort, "result.json")["eval_loss"] == pytest.approx(
         record(torch_run, "result.json")["eval_loss"], abs=TOLERANCE
@@ -94,6 +106,7 @@ def test_gpt2_in_ort_follows_pytorch(tmp_path: Path) -> None:
     train(tmp_path / "ort", *common, launcher="mpirun")
     train(tmp_path / "torch", *common, "--no-ort")
     assert_ran_in_ort(tmp_path / "ort")
+    assert record(tmp_path / "ort", "result.json")["trainer_world_size"] == 2  # mpirun's ranks, as accelerate sees
     assert_same_curve(losses(tmp_path / "torch"), losses(tmp_path / "ort"))
 
 
@@ -184,3 +197,26 @@ def test_gradient_checkpointing_in_ort_is_layer_wise_recompute(tmp_path: Path) -
     assert [path.rsplit(".", 2)[-2:] for path in layers] == [["layers", "0"], ["layers", "1"]], layers
     announced = [line for line in done.stdout.splitlines() if CHECKPOINTING_ANNOUNCEMENT in line]
     assert len(announced) == 2 and all("ORTMODULE_MEMORY_OPT_LEVEL=1" in line for line in announced), announced
+
+
+def test_gradient_accumulation_in_ort_follows_pytorch_and_one_large_batch(tmp_path: Path) -> None:
+    """Micro-batch 2 x accumulation 4 per rank: ORTZeroTrainer's per-step losses and trained weights equal those of
+    transformers.Trainer (native DeepSpeed) on the same job, and those of ORTZeroTrainer with one micro-batch of 8
+    (the same 16 windows per step over both ranks)."""
+    common = ["--model-type", "llama", "--max-steps", str(ACCUMULATION_STEPS)]
+    accumulated = ["--batch-size", str(MICRO_BATCH), "--gradient-accumulation-steps", str(ACCUMULATION)]
+    train(tmp_path / "ort", *common, *accumulated)
+    train(tmp_path / "torch", *common, *accumulated, "--no-ort")
+    train(tmp_path / "large", *common, "--batch-size", str(MICRO_BATCH * ACCUMULATION))
+    for out in ("ort", "large"):
+        assert_ran_in_ort(tmp_path / out)
+    reference = losses(tmp_path / "torch")
+    assert reference[-1] < reference[0] - 0.05, f"the PyTorch run did not learn, the test proves nothing: {reference}"
+    trained = weights(tmp_path / "ort")
+    for out in ("torch", "large"):
+        other = losses(tmp_path / out)
+        assert len(other) == ACCUMULATION_STEPS and losses(tmp_path / "ort") == pytest.approx(other, abs=TOLERANCE)
+        expected = weights(tmp_path / out)
+        assert set(trained) == set(expected)
+        diffs = {name: (trained[name] - expected[name]).abs().max().item() for name in expected}
+        assert max(diffs.values()) <= TOLERANCE, f"{out}: weights differ: {diffs}"

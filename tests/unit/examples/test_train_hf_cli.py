@@ -37,13 +37,16 @@ def test_zero2_config(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_sizes_must_fit(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--max-steps must be positive" in run(capsys, "--deepspeed", HF_CONFIG, "--max-steps", "0")
+    err = run(capsys, "--deepspeed", HF_CONFIG, "--gradient-accumulation-steps", "0")
+    assert "--gradient-accumulation-steps must be positive" in err
     err = run(capsys, "--deepspeed", HF_CONFIG, "--hidden-size", "30", "--heads", "4")
     assert "--hidden-size 30 must be a multiple of --heads 4" in err
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt2", "opt", "gemma", "gptj", "bloom", "falcon"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "opt", "gemma", "gptj", "bloom", "falcon", "qwen2", "gemma2"])
 def test_model_config_is_small_whatever_the_names(model_type: str) -> None:
-    """Each type names its sizes its own way (n_embd, ffn_dim, head_dim, rotary_dim...): all come out small."""
+    """Each type names its sizes its own way (n_embd, ffn_dim, head_dim, rotary_dim...): all come out small, and
+    valid (transformers 5 checks that `layer_types` has one entry per layer)."""
     args = train_hf.parse_args(["--deepspeed", HF_CONFIG, "--model-type", model_type, "--hidden-size", "32"])
     config = train_hf.model_config(args)
     assert config.vocab_size == 256 and config.hidden_size == 32 and config.num_hidden_layers == 2
@@ -53,6 +56,8 @@ def test_model_config_is_small_whatever_the_names(model_type: str) -> None:
     dropouts = {k: v for k, v in config.to_dict().items() if isinstance(v, float) and "drop" in k}
     assert all(v == 0.0 for v in dropouts.values()), dropouts
     assert not config.use_cache
+    assert len(getattr(config, "layer_types", None) or [None, None]) == 2
+    config.validate()
 
 
 def test_corpus_windows_are_reproducible_causal_lm_items() -> None:
@@ -62,3 +67,12 @@ def test_corpus_windows_are_reproducible_causal_lm_items() -> None:
     assert (item["input_ids"] == item["labels"]).all()  # Hugging Face causal LMs shift the labels themselves
     assert all((first[i]["input_ids"] == again[i]["input_ids"]).all() for i in range(8))
     assert not (CorpusWindows(6, 8, 16).windows == first.windows).all()
+
+
+def test_batches_carry_the_attention_mask_a_tokenizer_gives() -> None:
+    """All ones (no window is padded): with it, transformers 5 models skip their search for packed sequences."""
+    windows = CorpusWindows(5, 4, 16)
+    batch = train_hf.collate([windows[i] for i in range(4)])
+    assert set(batch) == {"input_ids", "labels", "attention_mask"}
+    assert (batch["input_ids"] == windows.windows).all() and (batch["labels"] == windows.windows).all()
+    assert batch["attention_mask"].shape == (4, 16) and (batch["attention_mask"] == 1).all()

@@ -1,6 +1,6 @@
 """ORTZeroTrainer refuses what cannot run in ONNX Runtime under ZeRO-3 before anything starts: one line that says
-why and the way out; gradient checkpointing becomes ort_zero's layer-wise recompute. (Training itself:
-tests/distributed/test_train_hf.py.)"""
+why and the way out; activation checkpointing becomes ort_zero's layer-wise recompute; evaluation after training
+runs DeepSpeed's engine. (Training itself: tests/distributed/test_train_hf.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import TrainingArguments
+from transformers import Trainer, TrainingArguments
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
 from ort_zero import settings
@@ -70,16 +70,20 @@ def recompute(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checkpointing, "_announced", False)
 
 
-def test_gradient_checkpointing_becomes_ort_zeros_layer_wise_recompute(
-    tmp_path: Path, recompute: None, caplog: pytest.LogCaptureFixture
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
+@pytest.mark.parametrize("name", ["activation_checkpointing", "gradient_checkpointing"])
+def test_activation_checkpointing_becomes_ort_zeros_layer_wise_recompute(
+    tmp_path: Path, recompute: None, caplog: pytest.LogCaptureFixture, name: str
 ) -> None:
-    """The Trainer gets arguments that leave Hugging Face's checkpoint calls off; level 1 is set and announced;
-    the caller's arguments are unchanged."""
-    args = zero3_arguments(tmp_path, gradient_checkpointing=True)
+    """Under either name (`gradient_checkpointing` is transformers 5's deprecated alias): the Trainer gets arguments
+    that leave Hugging Face's checkpoint calls off under both names; level 1 is set and announced; the caller's
+    arguments are unchanged."""
+    args = zero3_arguments(tmp_path, **{name: True})
     check_arguments(args, torch.nn.Linear(2, 2))
     with caplog.at_level(logging.WARNING, logger=checkpointing.__name__):
         given = recompute_instead_of_checkpointing(args, torch.nn.Linear(2, 2))
-    assert not given.gradient_checkpointing and args.gradient_checkpointing
+    assert not given.activation_checkpointing and not given.gradient_checkpointing
+    assert args.activation_checkpointing and args.gradient_checkpointing
     assert given.output_dir == args.output_dir and given.hf_deepspeed_config is args.hf_deepspeed_config
     assert settings.recompute_level() == 1
     (announcement,) = [r.getMessage() for r in caplog.records]
@@ -91,7 +95,7 @@ def test_checkpointing_enabled_on_the_model_keeps_a_higher_level(
 ) -> None:
     monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "2")
     model = torch.nn.Linear(2, 2)
-    model.is_gradient_checkpointing = True  # what PreTrainedModel.gradient_checkpointing_enable() leaves
+    model.is_activation_checkpointing = True  # what PreTrainedModel.activation_checkpointing_enable() leaves
     args = zero3_arguments(tmp_path)
     assert recompute_instead_of_checkpointing(args, model) is args  # the export runs its checkpoints as plain calls
     assert settings.recompute_level_override == 2
@@ -125,18 +129,31 @@ def test_the_trainer_refuses_when_created(tmp_path: Path) -> None:
         ORTZeroTrainer(model=torch.nn.Linear(2, 2), args=zero3_arguments(tmp_path, torch_compile=True))
 
 
-def test_a_token_count_given_as_a_number_reaches_the_model_as_a_tensor(tmp_path: Path) -> None:
-    """With average_tokens_across_devices the Trainer passes num_items_in_batch as a Python number, which ORT would
-    freeze into the exported graph; ORTZeroTrainer hands it over as a tensor."""
+def test_accelerate_counting_fewer_processes_than_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed on CPU without use_cpu=True: accelerate sees one process of the two ranks."""
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    message = refusal(zero3_arguments(tmp_path))
+    assert "sees 1 process(es) of the 2 ranks" in message and "TrainingArguments(use_cpu=True)" in message
 
-    class LossKwargs(torch.nn.Module):
-        def forward(self, input_ids: torch.Tensor, **loss_kwargs: Any) -> dict[str, Any]:
-            self.seen = loss_kwargs["num_items_in_batch"]
-            return {"loss": input_ids.float().sum() / self.seen}
 
-    trainer = ORTZeroTrainer.__new__(ORTZeroTrainer)  # compute_loss alone: no accelerator, no DeepSpeed
-    trainer.args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
-    trainer.label_smoother, trainer.compute_loss_func, trainer.model_accepts_loss_kwargs = None, None, True
-    model = LossKwargs()
-    loss = trainer.compute_loss(model, {"input_ids": torch.ones(2, 3)}, num_items_in_batch=4)
-    assert isinstance(model.seen, torch.Tensor) and model.seen.item() == 4 and loss.item() == 1.5
+def test_evaluation_after_training_runs_deepspeeds_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the engine exists the Trainer evaluates `trainer.model` (PyTorch): the engine (ORT) runs instead, in the
+    mode the Trainer set on the model. Before training (no engine yet) and for any other model nothing changes."""
+    seen: list[tuple[torch.nn.Module, bool]] = []
+
+    def prediction_step(self: Trainer, model: torch.nn.Module, *rest: Any) -> tuple[None, None, None]:
+        seen.append((model, model.training))
+        return None, None, None
+
+    monkeypatch.setattr(Trainer, "prediction_step", prediction_step)
+    trainer = ORTZeroTrainer.__new__(ORTZeroTrainer)  # prediction_step alone: no accelerator, no DeepSpeed
+    trainer.model = trainer.model_wrapped = torch.nn.Linear(2, 2).eval()
+    trainer.prediction_step(trainer.model, {}, True)
+    engine = torch.nn.Sequential(trainer.model).train()  # stands for DeepSpeed's engine around the ORTModule
+    trainer.model_wrapped = engine
+    trainer.model.eval()  # what the Trainer's evaluation loop does before its steps
+    trainer.prediction_step(trainer.model, {}, True)
+    other = torch.nn.Linear(2, 2)
+    trainer.prediction_step(other, {}, True)
+    assert seen == [(trainer.model, False), (engine, False), (other, True)]
