@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from .export_mode import is_exporting
+
 
 def function_name(cls: type) -> str:
     """The name ORT's exporter stores in a PythonOp's `func_name` for an autograd Function."""
@@ -73,6 +75,11 @@ def passed_through(
         for t, wanted in zip(tensors, ctx.needs_input_grad[len(scalars) :], strict=False)
     ]
     ctx.borrowed_grads = _BORROWED_GRADS.get(key)
+    if is_exporting():
+        # A forward run by PyTorch to trace or read the schema (e.g. the inference graph's export after training):
+        # no ORT buffer owns these tensors, so a borrowed view would outlive its memory.
+        ctx.borrowed_grads = None
+        return tuple(t.detach() for t in tensors)
     if key in _COPIED_OUTPUTS:
         return tuple(t.detach().clone() for t in tensors)
     if key in _BORROWED_OUTPUTS:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ort_zero.hooks import passthrough
+from ort_zero.hooks import exporting, passthrough
 from ort_zero.hooks.statistics import EndStep
 
 NAME = passthrough.function_name(EndStep)
@@ -86,3 +86,17 @@ def test_forgetting_the_plans_brings_pytorchs_views_back() -> None:
     tensor = torch.ones(3)
     (output,) = Through.apply(7005, tensor)
     assert storage_owners(tensor) >= 2 and output.data_ptr() == tensor.data_ptr()
+
+
+def test_a_forward_run_for_an_export_never_borrows() -> None:
+    """The inference graph's export runs the bridges in PyTorch after ORT planned them for training: a borrowed view
+    of a tensor that PyTorch frees would read freed memory (falcon corrupted the heap that way)."""
+    passthrough.plan_outputs(NAME, (7006,), copied=False, borrowed_grads=frozenset({0}))
+    tensor = torch.ones(3, requires_grad=True)
+    owners = storage_owners(tensor)
+    with exporting():
+        (output,) = Through.apply(7006, tensor)
+    assert output.data_ptr() == tensor.data_ptr() and storage_owners(tensor) == owners + 1
+    grad = torch.full((3,), 2.0)
+    output.backward(grad)
+    assert torch.equal(tensor.grad, grad)
