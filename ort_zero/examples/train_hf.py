@@ -55,6 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
     parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="a saved model (save_model's folder) to train on, via from_pretrained",
+    )
+    parser.add_argument(
         "--gradient-checkpointing",
         action="store_true",
         help="the Trainer's option; in ORT ort_zero's layer-wise recompute of each decoder layer",
@@ -137,9 +143,11 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, in
     set_seed(args.seed)
     # Mixture-of-experts layers as one batched matmul over (token, expert) pairs: the default (grouped_mm) counts
     # tokens per expert with torch.histc, which ORT's TorchScript export cannot export (README).
-    model = AutoModelForCausalLM.from_config(
-        model_config(args), attn_implementation="eager", experts_implementation="batched_mm"
-    )
+    options = {"attn_implementation": "eager", "experts_implementation": "batched_mm"}
+    if args.init_from is not None:  # also under zero.Init: each rank loads only its partitions' values
+        model = AutoModelForCausalLM.from_pretrained(args.init_from, **options)
+    else:
+        model = AutoModelForCausalLM.from_config(model_config(args), **options)
     params = list(model.parameters())
     built = {
         "params": len(params),

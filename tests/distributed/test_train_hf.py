@@ -25,6 +25,7 @@ TRAINER = ROOT / "ort_zero" / "examples" / "train_hf.py"
 CONFIG = ROOT / "ds_configs" / "zero3_hf_auto.json"
 STEPS = 16
 SAVE_AT = 8
+CONTINUED_STEPS = 4
 TOLERANCE = 1e-5
 TIMEOUT = 400
 CHECKPOINTING_STEPS = 8
@@ -163,6 +164,22 @@ def test_saved_model_loads_without_ort_or_deepspeed(llama: tuple[Path, Path]) ->
     assert not any(loaded["info"].values()), loaded["info"]  # no missing, unexpected or mismatched names
     trained = result["eval_loss"]  # the Trainer's evaluate() in ORT after training
     assert math.isfinite(trained) and loaded["loss"] == pytest.approx(trained, abs=TOLERANCE)
+
+
+def test_saved_model_trains_on_from_pretrained(tmp_path: Path, llama: tuple[Path, Path]) -> None:
+    """The ORT run's save_model() folder, loaded by from_pretrained under zero.Init (partitioned from the first
+    parameter on), trains on in ORT as transformers.Trainer trains it natively, starting from the trained weights."""
+    ort, _ = llama
+    common = ["--init-from", str(ort / "model"), "--max-steps", str(CONTINUED_STEPS)]
+    train(tmp_path / "ort", *common)
+    train(tmp_path / "torch", *common, "--no-ort")
+    assert_ran_in_ort(tmp_path / "ort")
+    for run in ("ort", "torch"):
+        built = record(tmp_path / run, "zero_init.json")
+        assert built["partitioned"] == built["params"] > 0 and built["local_numel"] == 0, built
+    continued, native = losses(tmp_path / "ort"), losses(tmp_path / "torch")
+    assert max(abs(a - b) for a, b in zip(native, continued, strict=True)) <= TOLERANCE, (native, continued)
+    assert continued[0] < losses(ort)[0] - 0.5, "the loaded model did not start from the trained weights"
 
 
 def test_resumed_run_continues_the_curve(tmp_path: Path, llama: tuple[Path, Path]) -> None:
