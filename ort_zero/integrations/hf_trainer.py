@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -113,7 +114,11 @@ class ORTZeroTrainer(Trainer):
     def _in_ort(model: torch.nn.Module) -> torch.nn.Module:
         from onnxruntime.training.ortmodule import ORTModule
 
-        with _without_name_collision_warnings():
+        with _without_name_collision_warnings(), warnings.catch_warnings():
+            # ORTModule reads every attribute of the model it wraps, deprecated aliases included
+            warnings.filterwarnings(
+                "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+            )
             return ORTModule(model)
 
     def prediction_step(

@@ -19,6 +19,7 @@ from typing import Any
 # ORT's own phrases, matched in the records of its logger.
 NOT_DEEP_COPIED = "Since the user requested not to deep copy this model"
 CAPTURED_LOG = "Filtered logs ("
+FAST_PATH = "Fast path enabled - skipping checks"  # ORT's default since 1.16, said once per graph
 # torch.utils.cpp_extension says so whenever ORT loads its extensions on a machine without CUDA; onnxruntime says
 # so at import on any machine without CUDA. ort_zero checks ORT's CUDA provider itself (ort/cuda_provider.py).
 NO_CUDA_RUNTIME = "No CUDA runtime is found"
@@ -27,13 +28,14 @@ NO_CUDART_VERSION = "failed to get cudart_version from onnxruntime build info"
 
 class OrtRecords(logging.Filter):
     """On ORT's logger: drops the deep-copy warning (ort_zero never deep-copies a ZeRO-3 model: its copies would
-    lose DeepSpeed's attributes) and demotes ORT's captured export log to DEBUG."""
+    lose DeepSpeed's attributes) and demotes to DEBUG ORT's captured export log and its note that it skips input
+    checks (its default fast path)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if message.startswith(NOT_DEEP_COPIED):
             return False
-        if CAPTURED_LOG in message.partition("\n")[0]:
+        if CAPTURED_LOG in message.partition("\n")[0] or message.startswith(FAST_PATH):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True

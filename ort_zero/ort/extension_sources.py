@@ -33,17 +33,13 @@ inline torch::autograd::PyNode* ort_zero_as_py_node(torch::autograd::Node* node)
   return static_cast<torch::autograd::PyNode*>(node);
 }
 
-// ort_zero: a tensor over a DLPack capsule's memory; the producer's deleter runs with the GIL held, since the
-// producer (ORT) may be Python-backed. Replaces torch::utils::tensor_fromDLPack (not exported from torch 2.7).
+// ort_zero: a tensor over a DLPack capsule's memory, freed through the producer's deleter (ORT's releases an
+// OrtValue: C++ only, so no GIL is taken; a deleter taking the GIL on another thread while Python finalizes ends the
+// process with std::terminate). Replaces torch::utils::tensor_fromDLPack (not exported from torch 2.7).
 inline at::Tensor ort_zero_tensor_from_dlpack(PyObject* capsule) {
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
   TORCH_CHECK(managed != nullptr, "ort_zero: a PythonOp argument is not an unused DLPack capsule");
-  at::Tensor tensor = at::fromDLPack(managed, [managed](void*) {
-    if (managed->deleter != nullptr) {
-      pybind11::gil_scoped_acquire gil;
-      managed->deleter(managed);
-    }
-  });
+  at::Tensor tensor = at::fromDLPack(managed);
   PyCapsule_SetName(capsule, "used_dltensor");  // the tensor owns the memory now; the capsule must not free it
   return tensor;
 }
@@ -159,6 +155,15 @@ EDITS: tuple[SourceEdit, ...] = (
         "",
         "2.0",
         "every rank printed this note to stderr at its first PythonOp: nothing a user can act on",
+    ),
+    SourceEdit(
+        "quiet clone of an undeclared alias",
+        f"{_INTEROP}/custom_function_shared.cc",
+        '      std::cout << log_prefix << "ONNX Op attribute "\n',
+        '      if (false) std::cout << log_prefix << "ONNX Op attribute "\n',
+        "2.0",
+        "ORT gives a PythonOp of an inference graph no alias maps, so an output that is a view of its input is "
+        "cloned (as it should be) and every rank printed a line per PythonOp saying so",
     ),
     SourceEdit(
         "C++20",

@@ -1,4 +1,5 @@
-"""Every line an ORT run prints is one the user needs: the same 2-rank job prints what native DeepSpeed prints.
+"""Every line an ORT run prints is one the user needs: the same 2-rank job prints what native DeepSpeed prints, for
+ort_zero's GPT example and for an ordinary Hugging Face Trainer script (ORTZeroTrainer against transformers.Trainer).
 
 Lines are compared by kind (digits and spacing removed: times, losses and progress differ between runs); each line
 of the ORT run must be one the native run prints, or ort_zero's own (`ort_zero: ...`), and there are no more of
@@ -11,14 +12,30 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from launcher import free_port, run_launcher, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAINER = ROOT / "ort_zero" / "examples" / "train_gpt.py"
-SMALL = ["--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4", "--steps", "3"]
+EXAMPLES = ROOT / "ort_zero" / "examples"
+JOBS = {  # example -> (its options, how it says native and ORT)
+    "train_gpt": (
+        ["--deepspeed_config", str(ROOT / "ds_configs" / "zero3_cpu_fp32.json"), "--steps", "3", "--seq-len", "32"]
+        + ["--d-model", "64", "--n-layer", "2", "--n-head", "4"],
+        (["--native"], ["--ort"]),
+    ),
+    "train_hf": (
+        ["--deepspeed", str(ROOT / "ds_configs" / "zero3_hf_auto.json"), "--max-steps", "3", "--model-type", "llama"],
+        (["--no-ort"], []),  # ORT is its default
+    ),
+}
 
 
 PROGRESS_BAR = re.compile(r"train:[^\]]*\]")  # the example's tqdm bar, redrawn in place and cut by other output
+
+
+# DeepSpeed 0.19.8 calls collectives that torch 2.14 deprecates, and torch warns (two lines) at every call, natively
+# too: their number follows the number of collectives, which an ORT run may differ in (its exports).
+PER_COLLECTIVE = ("instead.", "return func(*args, **kwargs)")
 
 
 def kinds_of_lines(output: str) -> list[str]:
@@ -28,22 +45,19 @@ def kinds_of_lines(output: str) -> list[str]:
     return [kind for kind in kinds if kind]
 
 
-def run(mode: str, out: Path) -> list[str]:
-    argv = [
-        f"--{mode}",
-        "--deepspeed_config",
-        str(ROOT / "ds_configs" / "zero3_cpu_fp32.json"),
-        "--output-dir",
-        str(out),
-    ]
-    result = run_launcher(torchrun_cmd(TRAINER, [*argv, *SMALL], port=free_port(), nproc=2), timeout=400, cwd=ROOT)
-    return kinds_of_lines(result.stdout)
+def run(example: str, mode: list[str], out: Path) -> list[str]:
+    argv = [*JOBS[example][0], *mode, "--output-dir", str(out)]
+    launch = torchrun_cmd(EXAMPLES / f"{example}.py", argv, port=free_port(), nproc=2)
+    return kinds_of_lines(run_launcher(launch, timeout=400, cwd=ROOT).stdout)
 
 
-def test_an_ort_run_prints_what_a_native_run_prints(tmp_path: Path) -> None:
-    native = run("native", tmp_path / "native")
-    ort = run("ort", tmp_path / "ort")
+@pytest.mark.parametrize("example", sorted(JOBS))
+def test_an_ort_run_prints_what_a_native_run_prints(tmp_path: Path, example: str) -> None:
+    native_mode, ort_mode = JOBS[example][1]
+    native = run(example, native_mode, tmp_path / "native")
+    ort = run(example, ort_mode, tmp_path / "ort")
     assert (tmp_path / "ort" / "ort.json").is_file()
     unexpected = [line for line in ort if line not in native and not line.startswith("ort_zero:")]
     assert unexpected == [], "\n".join(unexpected)
-    assert len(ort) <= len(native), (len(ort), len(native))
+    counted = [[line for line in run if not line.endswith(PER_COLLECTIVE)] for run in (native, ort)]
+    assert len(counted[1]) <= len(counted[0]), (len(counted[1]), len(counted[0]))

@@ -23,8 +23,15 @@ def test_the_deep_copy_warning_goes_and_other_warnings_stay() -> None:
     assert records.filter(record("Fallback to PyTorch due to exception ..."))
 
 
-def test_the_captured_export_log_is_debug(caplog: pytest.LogCaptureFixture) -> None:
-    captured = record("[export] Filtered logs (95 records suppressed):\n    a line torch printed", "ort_zero.test")
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[export] Filtered logs (95 records suppressed):\n    a line torch printed",
+        "Fast path enabled - skipping checks. rebuild gradient graph: True, execution agent recreation: True",
+    ],
+)
+def test_ort_notes_are_debug(message: str) -> None:
+    captured = record(message, "ort_zero.test")
     logging.getLogger("ort_zero.test").setLevel(logging.WARNING)
     assert not console.OrtRecords().filter(captured)
     assert captured.levelno == logging.DEBUG
