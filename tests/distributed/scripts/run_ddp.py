@@ -15,6 +15,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from zero3_models import MODELS, batch
 
+import ort_zero  # before ORTModule (imported in main): it makes ORTModule importable on torch >= 2.9
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -30,8 +32,6 @@ def main() -> None:
     model = MODELS["zoo"]()
     if args.mode == "ort":
         from onnxruntime.training.ortmodule import ORTModule
-
-        import ort_zero  # before ORTModule: makes it importable on today's torch
 
         ort_zero.enable_mem_efficient_grads(args.mem_grads)
         model = ORTModule(model)
