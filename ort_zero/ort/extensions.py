@@ -72,8 +72,12 @@ def cache_key(flavour: str) -> str:
     import torch
 
     python = f"{sys.version_info[0]}{sys.version_info[1]}"
-    edits = hashlib.sha256(repr(extension_sources.EDITS).encode()).hexdigest()[:12]
-    return f"{flavour}-torch{torch.__version__}-ort{version('onnxruntime-training')}-py{python}-edits{edits}"
+    return f"{flavour}-torch{torch.__version__}-ort{version('onnxruntime-training')}-py{python}-edits{edits_digest()}"
+
+
+def edits_digest() -> str:
+    """Changes with any edit's text, so that a changed edit rebuilds (cache key and build record)."""
+    return hashlib.sha256(repr(extension_sources.EDITS).encode()).hexdigest()[:12]
 
 
 def build(flavour: str) -> None:
@@ -89,7 +93,7 @@ def build(flavour: str) -> None:
     record = folder / BUILD_RECORD.format(flavour=flavour)
     import torch
 
-    record.write_text(json.dumps({"torch": torch.__version__, "edits": edits}, indent=1))
+    record.write_text(json.dumps({"torch": torch.__version__, "edits": edits, "digest": edits_digest()}, indent=1))
     cached.mkdir(parents=True, exist_ok=True)
     for built in [*built_libraries(flavour), record]:
         shutil.copy2(built, cached / built.name)
@@ -113,7 +117,12 @@ def up_to_date(flavour: str) -> bool:
         name: [edit.name for edit in extension_sources.edits_for(f"{flavour}/{name}", torch.__version__)]
         for name in extension_names(flavour)
     }
-    return record is not None and record["torch"] == torch.__version__ and record["edits"] == wanted
+    return (
+        record is not None
+        and record["torch"] == torch.__version__
+        and record["edits"] == wanted
+        and record.get("digest") == edits_digest()
+    )
 
 
 def compile_extension(flavour: str, name: str, destination: Path) -> list[str]:

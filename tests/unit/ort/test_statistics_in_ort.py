@@ -97,9 +97,13 @@ def test_the_window_applies_under_ort(tmp_path: Path) -> None:
     assert sorted(load_run(tmp_path / "ort", 0).steps) == [1]
 
 
-def test_ort_does_not_copy_the_recorders_outputs(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_ort_does_not_copy_the_recorders_outputs(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The recorders declare their outputs as views of their inputs (`alias_input`); without that, ORT's PythonOp
-    kernel copies each output and says so on stdout ("A clone will be done ...") the first time it runs."""
+    kernel copies each output and says so on stdout ("A clone will be done ...") the first time it runs (with
+    ORT_ZERO_SHOW_PYTHONOP_CLONES set: ort_zero's build of the kernel is quiet otherwise)."""
+    monkeypatch.setenv("ORT_ZERO_SHOW_PYTHONOP_CLONES", "1")
     torch.manual_seed(0)
     model = train(Net(), tmp_path / "ort")
     assert model._torch_module._execution_manager(True)._execution_agent is not None, "no ORT session ran"
@@ -110,13 +114,13 @@ def test_ort_does_not_copy_the_recorders_outputs(tmp_path: Path, capfd: pytest.C
 
 @pytest.mark.parametrize("ort_zero_enabled", [False, True])
 def test_ort_copies_the_recorders_gradients_only_without_ort_zero(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], ort_zero_enabled: bool
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, ort_zero_enabled: bool
 ) -> None:
     """A recorder's backward hands each output gradient back as its input's gradient; ort_zero's training-graph pass
     plans that reuse and the recorders return borrowed views or copies to match (`passthrough_buffers`), so ORT's
     gradient kernels stop copying. Without ort_zero's ORT patches ORT copies and says so: the control that shows the
     check can fail."""
-
+    monkeypatch.setenv("ORT_ZERO_SHOW_PYTHONOP_CLONES", "1")
     if ort_zero_enabled:
         ort_zero.enable_zero3()
     try:
