@@ -34,7 +34,8 @@ setup(
     extras_require={
         "hf": HUGGING_FACE,
         "test": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, "psutil"],
-        "dev": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, "psutil", "ruff==0.17.6"],
+        "bench": ["matplotlib==3.11.2"],  # the RSS plots of benchmarks/bench_real_size.py
+        "dev": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, "psutil", "ruff==0.17.6", "matplotlib==3.11.2"],
     },
     entry_points={"console_scripts": ["ort-zero=ort_zero.cli.main:main"]},
 )

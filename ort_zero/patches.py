@@ -220,6 +220,29 @@ register(
 )
 
 
+def _shape_inference_without_stand_ins(replaced: Any) -> Any:
+    from .ort.export_context import shape_inference_without_stand_ins
+
+    return shape_inference_without_stand_ins(replaced)
+
+
+register(
+    Patch(
+        name="torch.onnx_shape_inference_without_stand_ins",
+        owner_path="torch._C",
+        attribute="_jit_pass_onnx_graph_shape_type_inference",
+        distribution="torch",
+        versions=TORCH_VERSIONS,
+        reason="the TorchScript exporter hands its whole-graph shape inference every parameter, which keeps a dense "
+        "copy of each as a constant value: for a ZeRO-3 export, whose parameters are zero-stride stand-ins, the whole "
+        "model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but the stand-ins "
+        "(their shapes are in the graph's input types).",
+        make_replacement=_shape_inference_without_stand_ins,
+    ),
+    group="ort_export",
+)
+
+
 def _checkpoint_policy(factory_name: str) -> Callable[[Any], Any]:
     def make(replaced: Any) -> Any:
         from .zero3 import checkpointing

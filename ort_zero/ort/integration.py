@@ -18,7 +18,7 @@ import torch
 from .. import settings
 from ..hooks import passthrough
 from .backward_gather import regather_for_backward
-from .export_context import is_zero3_module, materialized_for_export, zero3_named_params
+from .export_context import is_zero3_module, stood_in_for_export, zero3_named_params
 from .export_errors import naming_export_failures
 from .footprint import trim_training_manager
 from .graph import is_zero3_graph, register_function
@@ -42,7 +42,7 @@ def export_context(original: Callable, during_export: Callable[[], contextlib.Ab
             stack.enter_context(naming_export_failures(flattened_module))
             if is_zero3_module(flattened_module):
                 stack.enter_context(during_export())
-                stack.enter_context(materialized_for_export(flattened_module))
+                stack.enter_context(stood_in_for_export(flattened_module))
             yield
 
     return zero3_export_context
@@ -55,7 +55,7 @@ def schema_forward(original: Callable, during_export: Callable[[], contextlib.Ab
     def parse_outputs(flattened_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if not is_zero3_module(flattened_module):
             return original(flattened_module, *args, **kwargs)
-        with during_export(), materialized_for_export(flattened_module):
+        with during_export(), stood_in_for_export(flattened_module):
             return original(flattened_module, *args, **kwargs)
 
     return parse_outputs

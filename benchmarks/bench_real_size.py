@@ -1,0 +1,151 @@
+"""The headline benchmark: native DeepSpeed ZeRO-3 (`transformers.Trainer`) vs ORT-ZeRO3 (`ORTZeroTrainer`) on a
+Hugging Face causal LM at the sizes people train, side by side in one run.
+
+    .venv/bin/python benchmarks/bench_real_size.py                          # ~160M and ~400M, 30 and 10 steps
+    .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --steps 30 --png runs/rss.png
+
+Each size is a LLaMA config from `AutoModelForCausalLM.from_config` (vocab 32000, the default attention
+implementation), AdamW from `ds_configs/zero3_hf_auto.json`, micro-batch 1, seq 128, random token ids, 2 ranks under
+torchrun (OMP_NUM_THREADS=1 each on CPU), everything else as users run it (ORT's CPU arena on). The worker is an
+ordinary Trainer script (`real_size_worker.py`). Per size and rank: the first step (export and session included,
+with ORT's phases), the median step from step 3, the peak RSS, RSS after steps 1, 3 and the last, and how far RSS
+moved from step 3 to the last; losses and grad norms checked equal. A PNG shows RSS over time for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ort_zero.tools.process_tree import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "real_size_worker.py"
+SIZES = {  # name: (hidden, layers, heads, intermediate, default steps)
+    "160m": (768, 12, 12, 2048, 30),
+    "400m": (1024, 24, 16, 3072, 10),
+}
+MODES = ("native", "ort")
+
+
+def run_mode(size: str, mode: str, steps: int, out: Path, timeout: float) -> list[dict[str, Any]]:
+    hidden, layers, heads, intermediate, _ = SIZES[size]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}", str(WORKER), "--mode", mode, "--hidden", str(hidden), "--layers", str(layers),
+        "--heads", str(heads), "--intermediate", str(intermediate), "--steps", str(steps),
+        "--deepspeed", str(ROOT / "ds_configs" / "zero3_hf_auto.json"), "--out", str(out),
+    ]  # fmt: skip
+    log = out / f"{mode}.log"
+    out.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as sink:
+        done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench_real_size: {size} {mode} failed (exit {done.returncode}); see {log}")
+    return [json.loads((out / f"{mode}-rank{rank}.json").read_text()) for rank in range(2)]
+
+
+def summary(rank: dict[str, Any]) -> dict[str, float]:
+    steps = rank["steps"]
+    rss = [step["rss_mib"] for step in steps]
+    return {
+        "first_step_s": steps[0]["seconds"],
+        "median_step_s": statistics.median(step["seconds"] for step in steps[2:]),
+        "peak_rss_mib": rank["peak_rss_mib"],
+        "rss_step1_mib": rss[0],
+        "rss_step3_mib": rss[min(2, len(rss) - 1)],
+        "rss_last_mib": rss[-1],
+        "rss_drift_pct": 100 * (rss[-1] - rss[min(2, len(rss) - 1)]) / rss[min(2, len(rss) - 1)],
+    }
+
+
+ROWS = [
+    ("first step (s)", "first_step_s", "{:.1f}"),
+    ("median step from step 3 (s)", "median_step_s", "{:.2f}"),
+    ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
+    ("RSS after step 1 (MiB)", "rss_step1_mib", "{:.0f}"),
+    ("RSS after step 3 (MiB)", "rss_step3_mib", "{:.0f}"),
+    ("RSS after the last step (MiB)", "rss_last_mib", "{:.0f}"),
+    ("RSS from step 3 to the last (%)", "rss_drift_pct", "{:+.1f}"),
+]
+
+
+def table(size: str, runs: dict[str, list[dict[str, Any]]]) -> str:
+    native, ort = ([summary(rank) for rank in runs[mode]] for mode in MODES)
+    first = runs["native"][0]
+    lines = [
+        f"### {size}: {first['parameters'] / 1e6:.1f}M parameters, {len(first['steps'])} steps, "
+        f"attention {first['attn_implementation']}",
+        "",
+        "| per rank (0 / 1) | native ZeRO-3 | ORT-ZeRO3 | ORT / native |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, key, fmt in ROWS:
+        cells = [" / ".join(fmt.format(rank[key]) for rank in side) for side in (native, ort)]
+        ratio = "" if key == "rss_drift_pct" else " / ".join(
+            f"{o[key] / n[key]:.2f}x" for n, o in zip(native, ort, strict=True)
+        )  # fmt: skip
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")
+    losses = [[step["loss"] for step in runs[mode][0]["steps"]] for mode in MODES]
+    norms = [[step["grad_norm"] for step in runs[mode][0]["steps"]] for mode in MODES]
+    loss_gap = max(abs(a - b) for a, b in zip(*losses, strict=True))
+    norm_gap = max(abs(a - b) / abs(a) for a, b in zip(*norms, strict=True))
+    lines += [
+        "",
+        f"Losses: {', '.join(f'{loss:.4f}' for loss in losses[0][:3])} ...; largest difference {loss_gap:.1e} "
+        f"(Trainer logs 4 decimals), grad norms within {norm_gap:.1e} relative.",
+        "ORT's first step, rank 0 (s): "
+        + ", ".join(f"{phase} {seconds:.1f}" for phase, seconds in runs["ort"][0]["ort_phases"].items()),
+    ]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict[str, list[dict[str, Any]]]], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
+    for axis, (size, runs) in zip(axes[0], results.items(), strict=True):
+        for mode, color in zip(MODES, ("tab:blue", "tab:red"), strict=True):
+            for rank in runs[mode]:
+                seconds, mib = zip(*rank["rss_samples"], strict=True)
+                style = "-" if rank["rank"] == 0 else ":"
+                axis.plot(seconds, [m / 1024 for m in mib], style, color=color, label=f"{mode} rank {rank['rank']}")
+        axis.set(title=f"{size}: RSS per rank", xlabel="seconds since start", ylabel="GiB")
+        axis.legend()
+    figure.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(png, dpi=100)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument("--steps", type=int, default=None, help="per size; default 30 at 160m, 10 at 400m")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_real_size")
+    parser.add_argument("--png", type=Path, default=None, help="default <out>/rss.png")
+    parser.add_argument("--timeout", type=float, default=3600)
+    args = parser.parse_args()
+    results = {}
+    for size in args.sizes:
+        steps = args.steps or SIZES[size][-1]
+        results[size] = {mode: run_mode(size, mode, steps, args.out / size, args.timeout) for mode in MODES}
+        print(table(size, results[size]), "\n", flush=True)
+    png = args.png or args.out / "rss.png"
+    plot(results, png)
+    print(f"RSS over time: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

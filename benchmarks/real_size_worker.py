@@ -1,0 +1,149 @@
+"""One rank of `bench_real_size.py`: the Trainer job a user writes at a realistic size, with its clock and memory read.
+
+A LLaMA-shaped causal LM from config (vocab 32000, the attention implementation transformers picks), random token
+ids, micro-batch 1, AdamW from the project's ZeRO-3 config; `transformers.Trainer` (native DeepSpeed ZeRO-3) or
+`ORTZeroTrainer` (the one line a user changes). Writes `<out>/<mode>-rank<R>.json`: per step its wall time, loss,
+grad norm and the RSS at its end; RSS sampled every 50 ms (for the plot); the process's peak RSS; under ORT, ORT's
+first-step phases (export, graph builder, graph build, session creation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE / 2**20
+
+
+class RssSampler(threading.Thread):
+    """(seconds since start, RSS MiB) every `interval` seconds, from a daemon thread."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.interval, self.start_time, self.samples = interval, time.perf_counter(), []
+
+    def run(self) -> None:
+        while True:
+            self.samples.append((round(time.perf_counter() - self.start_time, 3), round(rss_mib(), 1)))
+            time.sleep(self.interval)
+
+
+def ort_phases(model: Any) -> dict[str, float]:
+    """Seconds ORT spent in each phase of its first training step (its own TimeTracker)."""
+    from onnxruntime.training.ortmodule._logger import ORTModuleInitPhase, TimeTracker
+
+    module = getattr(model, "module", model)
+    tracker = module._torch_module._execution_manager(True).time_tracker
+    phases = {}
+    for phase in ORTModuleInitPhase:
+        start, end = tracker.starts_[phase], tracker.ends_[phase]
+        if TimeTracker.NOT_RECORD not in (start, end):
+            phases[phase.to_string()] = round(end - start, 3)
+    return phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=["native", "ort"], required=True)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--intermediate", type=int, default=2048)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--deepspeed", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--local_rank", type=int, default=None)
+    args = parser.parse_args()
+
+    sampler = RssSampler()
+    sampler.start()
+    if args.mode == "ort":
+        import ort_zero  # noqa: F401  (before ORTModule: torch.onnx compatibility)
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Trainer, TrainerCallback, TrainingArguments
+
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.steps: list[dict[str, float]] = []
+
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            self.began = time.perf_counter()
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            self.steps.append({"seconds": time.perf_counter() - self.began, "rss_mib": rss_mib()})
+
+    training_args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="bench_real_size_"),
+        per_device_train_batch_size=1,
+        max_steps=args.steps,
+        learning_rate=1e-4,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        deepspeed=str(args.deepspeed),
+        use_cpu=not torch.cuda.is_available(),
+        seed=1234,
+        disable_tqdm=True,
+    )
+    config = LlamaConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        max_position_embeddings=args.seq_len,
+    )
+    model = AutoModelForCausalLM.from_config(config)  # under zero.Init: TrainingArguments carry a ZeRO-3 config
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, args.vocab, (args.steps * 2, args.seq_len), generator=generator)
+    dataset = [{"input_ids": row, "labels": row} for row in ids]
+    if args.mode == "ort":
+        from ort_zero.integrations import ORTZeroTrainer
+
+        trainer_class = ORTZeroTrainer
+    else:
+        trainer_class = Trainer
+    clock = StepClock()
+    trainer = trainer_class(model=model, args=training_args, train_dataset=dataset, callbacks=[clock])
+    rss_before = rss_mib()
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    rank = int(os.environ.get("RANK", "0"))
+    result = {
+        "mode": args.mode,
+        "rank": rank,
+        "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()),
+        "attn_implementation": model.config._attn_implementation,
+        "rss_before_train_mib": rss_before,
+        "steps": [
+            {**step, "loss": log["loss"], "grad_norm": log.get("grad_norm")}
+            for step, log in zip(clock.steps, logs, strict=True)
+        ],
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_samples": sampler.samples,
+        "ort_phases": ort_phases(trainer.model_wrapped) if args.mode == "ort" else {},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.mode}-rank{rank}.json").write_text(json.dumps(result))
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
