@@ -28,7 +28,7 @@ from ort_zero.tools.process_tree import free_port
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "real_size_worker.py"
 SIZES = {  # name: (hidden, layers, heads, intermediate, default steps)
-    "160m": (768, 12, 12, 2048, 30),
+    "160m": (768, 12, 12, 3072, 30),
     "400m": (1024, 24, 16, 3072, 10),
 }
 MODES = ("native", "ort")

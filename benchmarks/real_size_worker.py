@@ -1,10 +1,10 @@
 """One rank of `bench_real_size.py`: the Trainer job a user writes at a realistic size, with its clock and memory read.
 
 A LLaMA-shaped causal LM from config (vocab 32000, the attention implementation transformers picks), random token
-ids, micro-batch 1, AdamW from the project's ZeRO-3 config; `transformers.Trainer` (native DeepSpeed ZeRO-3) or
-`ORTZeroTrainer` (the one line a user changes). Writes `<out>/<mode>-rank<R>.json`: per step its wall time, loss,
-grad norm and the RSS at its end; RSS sampled every 50 ms (for the plot); the process's peak RSS; under ORT, ORT's
-first-step phases (export, graph builder, graph build, session creation).
+ids with an all-ones attention mask, micro-batch 1, AdamW from the project's ZeRO-3 config; `transformers.Trainer`
+(native DeepSpeed ZeRO-3) or `ORTZeroTrainer` (the one line a user changes). Writes `<out>/<mode>-rank<R>.json`: per
+step its wall time, loss, grad norm and the RSS at its end; RSS sampled every 50 ms (for the plot); the process's
+peak RSS; under ORT, ORT's first-step phases (export, graph builder, graph build, session creation).
 """
 
 from __future__ import annotations
@@ -74,7 +74,15 @@ def main() -> None:
     if args.mode == "ort":
         import ort_zero  # noqa: F401  (before ORTModule: torch.onnx compatibility)
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, Trainer, TrainerCallback, TrainingArguments
+    import torch.distributed as dist
+    from transformers import (
+        AutoModelForCausalLM,
+        LlamaConfig,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
@@ -86,6 +94,9 @@ def main() -> None:
         def on_step_end(self, *_: Any, **__: Any) -> None:
             self.steps.append({"seconds": time.perf_counter() - self.began, "rss_mib": rss_mib()})
 
+    import deepspeed
+
+    deepspeed.init_distributed("nccl" if torch.cuda.is_available() else "gloo")  # before TrainingArguments (CPU)
     training_args = TrainingArguments(
         output_dir=tempfile.mkdtemp(prefix="bench_real_size_"),
         per_device_train_batch_size=1,
@@ -107,12 +118,15 @@ def main() -> None:
         num_attention_heads=args.heads,
         max_position_embeddings=args.seq_len,
     )
+    set_seed(1234)  # the same initial weights in both modes
     model = AutoModelForCausalLM.from_config(config)  # under zero.Init: TrainingArguments carry a ZeRO-3 config
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, args.vocab, (args.steps * 2, args.seq_len), generator=generator)
-    dataset = [{"input_ids": row, "labels": row} for row in ids]
+    # With the attention mask a tokenizer gives (without one, transformers 5 looks for packed sequences with
+    # aten::diff, which the TorchScript exporter cannot export: issue 24).
+    dataset = [{"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row} for row in ids]
     if args.mode == "ort":
-        from ort_zero.integrations import ORTZeroTrainer
+        from ort_zero.integrations.hf_trainer import ORTZeroTrainer
 
         trainer_class = ORTZeroTrainer
     else:
@@ -139,8 +153,6 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.mode}-rank{rank}.json").write_text(json.dumps(result))
-    import torch.distributed as dist
-
     dist.barrier()
     dist.destroy_process_group()
 

@@ -322,6 +322,27 @@ register(
 )
 
 
+def _trimmed_after_backward(replaced: Any) -> Any:
+    from .ort.footprint import trimmed_after_backward
+
+    return trimmed_after_backward(replaced)
+
+
+register(
+    Patch(
+        name="ort.trim_after_backward",
+        owner_path="onnxruntime.training.ortmodule._execution_agent:TrainingAgent",
+        attribute="run_backward",
+        distribution="onnxruntime-training",
+        versions=ORT_VERSIONS,
+        reason="every step leaves more freed memory in glibc's heap under ORT than in PyTorch (1.2 vs 0.75 GiB per "
+        "rank on a 162M LLaMA): after each backward the heap's free pages go back to the OS.",
+        make_replacement=_trimmed_after_backward,
+    ),
+    group="ort",
+)
+
+
 def _cuda_provider_required(replaced: Any) -> Any:
     from .ort.cuda_provider import cuda_provider_required
 

@@ -5,6 +5,11 @@ session: the C++ graph builder (37 MiB), the graphs ORTModule keeps as protobufs
 serialized: upb arenas never free what a rewrite replaced) and the session's copy of the model bytes (1.8 MiB).
 (torch 2.6's exporter also kept 8 MiB of diagnostics per export; the TorchScript exporter of torch >= 2.9 keeps none.)
 Freed small blocks of the export's garbage then stay in the heap (28 MiB that `malloc_trim` returns).
+
+Every step leaves freed memory in glibc's heap too, more under ORT than in PyTorch: measured on a 162M LLaMA
+(Trainer, 2 CPU ranks, ORT's arena on), RSS after a step fell by 1.2 GiB per rank with `malloc_trim` under ORT and by
+0.75 GiB natively (live memory: 2.9 vs 2.5 GiB; ORT's arena is the difference). So after each backward an ORT
+training session hands the heap's free pages back (`ORT_ZERO_TRIM_AFTER_BACKWARD=0` keeps them).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import gc
 from typing import Any
 
 import onnx
+
+from .. import settings
 
 
 def compacted(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -54,6 +61,19 @@ def return_freed_heap() -> None:
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+def trimmed_after_backward(run_backward: Any) -> Any:
+    """Wraps `TrainingAgent.run_backward`: the heap's free pages go back to the OS once the backward has freed the
+    step's activations and gradients."""
+
+    @functools.wraps(run_backward)
+    def run_backward_then_trim(self: Any, feeds: Any, fetches: Any, state: Any) -> None:
+        run_backward(self, feeds, fetches, state)
+        if settings.trim_after_backward():
+            return_freed_heap()
+
+    return run_backward_then_trim
 
 
 class _Mallinfo2(ctypes.Structure):
