@@ -40,9 +40,12 @@ def is_zero3_module(module: torch.nn.Module) -> bool:
 
 
 def zeros_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
-    """`nbytes` zero bytes; on CPU anonymous memory that no page is resident for until written."""
+    """`nbytes` zero bytes; on CPU private anonymous memory, whose reads map the kernel's zero page: nothing is
+    resident until written."""
     if device.type == "cpu":
-        return torch.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=torch.uint8)
+        # Private: a shared anonymous mapping is shared memory, whose pages become resident when read.
+        private = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        return torch.frombuffer(private, dtype=torch.uint8)
     return torch.zeros(nbytes, dtype=torch.uint8, device=device)
 
 
