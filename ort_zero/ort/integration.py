@@ -238,7 +238,8 @@ def session_options(original: Callable) -> Callable:
     """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
 
     With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
-    two, so a process's memory shows neither what a step needs nor what a memory optimization saves."""
+    two, so a process's memory shows neither what a step needs nor what a memory optimization saves. With
+    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler writes every node's time to <prefix>_<date>.json."""
 
     @functools.wraps(original)
     def _get_session_config(self: Any) -> Any:
@@ -246,6 +247,9 @@ def session_options(original: Callable) -> Callable:
         session_options.intra_op_num_threads = threads_per_rank()
         if os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "1") == "0":
             session_options.enable_cpu_mem_arena = False
+        if profile_prefix := os.environ.get("ORT_ZERO_ORT_PROFILE"):
+            session_options.enable_profiling = True
+            session_options.profile_file_prefix = profile_prefix
         return session_options, providers, provider_options
 
     return _get_session_config
