@@ -65,12 +65,12 @@ def return_freed_heap() -> None:
 
 def trimmed_after_backward(run_backward: Any) -> Any:
     """Wraps `TrainingAgent.run_backward`: the heap's free pages go back to the OS once the backward has freed the
-    step's activations and gradients."""
+    step's activations and gradients (sessions on CPU, where the step's tensors live in that heap)."""
 
     @functools.wraps(run_backward)
     def run_backward_then_trim(self: Any, feeds: Any, fetches: Any, state: Any) -> None:
         run_backward(self, feeds, fetches, state)
-        if settings.trim_after_backward():
+        if settings.trim_after_backward() and self._inference_session.get_providers()[0] == "CPUExecutionProvider":
             return_freed_heap()
 
     return run_backward_then_trim
