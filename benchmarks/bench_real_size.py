@@ -18,12 +18,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from ort_zero.tools.process_tree import free_port
+from ort_zero.tools.process_tree import TaggedProcessTree, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "real_size_worker.py"
@@ -46,10 +45,11 @@ def run_mode(size: str, mode: str, steps: int, out: Path, timeout: float) -> lis
     ]  # fmt: skip
     log = out / f"{mode}.log"
     out.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as sink:
-        done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"bench_real_size: {size} {mode} failed (exit {done.returncode}); see {log}")
+    with log.open("w") as sink, TaggedProcessTree(command, stdout=sink, env=env) as launch:
+        code = launch.wait(timeout)  # leaving the block stops the launcher and its ranks
+    if code != 0:
+        outcome = "timed out" if code is None else f"exit {code}"
+        raise SystemExit(f"bench_real_size: {size} {mode} failed ({outcome}); see {log}")
     return [json.loads((out / f"{mode}-rank{rank}.json").read_text()) for rank in range(2)]
 
 

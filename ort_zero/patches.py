@@ -234,9 +234,9 @@ register(
         distribution="torch",
         versions=TORCH_VERSIONS,
         reason="the TorchScript exporter hands its whole-graph shape inference every parameter, which keeps a dense "
-        "copy of each as a constant value: for a ZeRO-3 export, whose parameters are zero-stride stand-ins, the whole "
-        "model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but the stand-ins "
-        "(their shapes are in the graph's input types).",
+        "copy of each as a constant value: for a ZeRO-3 export, whose parameters are stand-ins that cost no memory, "
+        "the whole model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but "
+        "the stand-ins (their shapes are in the graph's input types).",
         make_replacement=_shape_inference_without_stand_ins,
     ),
     group="ort_export",

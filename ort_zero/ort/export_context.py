@@ -67,6 +67,10 @@ def shape_inference_without_stand_ins(infer_shapes: Callable[..., None]) -> Call
     return infer_without_stand_ins
 
 
+def _full_nbytes(param: torch.nn.Parameter) -> int:
+    return param.ds_numel * param.element_size()
+
+
 @contextlib.contextmanager
 def stood_in_for_export(module: torch.nn.Module) -> Iterator[None]:
     """While it lasts, `module`'s partitioned parameters are full-shaped zeros (one buffer's views) marked available."""
@@ -74,15 +78,13 @@ def stood_in_for_export(module: torch.nn.Module) -> Iterator[None]:
 
     params = [p for p in module.parameters() if getattr(p, "ds_status", None) == ZeroParamStatus.NOT_AVAILABLE]
     originals = [p.data for p in params]
-    buffers: dict[torch.device, torch.Tensor] = {}
+    largest: dict[torch.device, int] = {}
     for param in params:
-        nbytes = param.ds_numel * param.element_size()
-        if param.device not in buffers or buffers[param.device].numel() < nbytes:
-            largest = max(p.ds_numel * p.element_size() for p in params if p.device == param.device)
-            buffers[param.device] = zeros_buffer(largest, param.device)
+        largest[param.device] = max(largest.get(param.device, 0), _full_nbytes(param))
+    buffers = {device: zeros_buffer(nbytes, device) for device, nbytes in largest.items()}
     pointers = {buffer.untyped_storage().data_ptr() for buffer in buffers.values()}
     for param in params:
-        flat = buffers[param.device][: param.ds_numel * param.element_size()].view(param.dtype)
+        flat = buffers[param.device][: _full_nbytes(param)].view(param.dtype)
         param.data = flat.view(param.ds_shape)
         param.ds_status = ZeroParamStatus.AVAILABLE
     _STAND_IN_BUFFERS.update(pointers)

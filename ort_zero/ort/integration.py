@@ -239,7 +239,8 @@ def session_options(original: Callable) -> Callable:
 
     With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
     two, so a process's memory shows neither what a step needs nor what a memory optimization saves. With
-    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler writes every node's time to <prefix>_<date>.json."""
+    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to <prefix>_<date>.json
+    by the session's `end_profiling()`."""
 
     @functools.wraps(original)
     def _get_session_config(self: Any) -> Any:
