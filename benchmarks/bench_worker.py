@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ort_zero.distributed import shut_down_distributed
 from ort_zero.models.stack import RELEASE_EARLY_ZERO3, LinearStack
 
 
@@ -174,6 +175,7 @@ def main() -> None:
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
     if profiler is not None:
         profiler.dump_stats(args.out / "rank0.pstats")
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

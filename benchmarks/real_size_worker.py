@@ -155,6 +155,7 @@ def main() -> None:
     (args.out / f"{args.mode}-rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
+    time.sleep(0.2)  # gloo's workers finish with the GIL free (ort_zero.distributed.shut_down_distributed says why)
 
 
 if __name__ == "__main__":

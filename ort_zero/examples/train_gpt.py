@@ -36,7 +36,7 @@ from tqdm import tqdm
 import ort_zero
 from ort_zero import settings
 from ort_zero.data import load_corpus, sample_batch
-from ort_zero.distributed import init_distributed
+from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
 from ort_zero.models import GPT, GPTConfig
 
@@ -310,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(engine=engine, args=args, rank=rank, world_size=world_size, corpus=load_corpus())
         start = trainer.resume() if args.resume else 0
         trainer.run(start)
-        dist.barrier()
         if args.ort and rank == 0:
             write_ort_record(engine, args.output_dir)
+        shut_down_distributed()
     except RuntimeError as error:
         if not lost_contact(error):
             raise

@@ -31,7 +31,7 @@ from deepspeed.accelerator import get_accelerator
 from transformers import TrainerCallback
 
 from ort_zero.data import CorpusWindows, load_corpus
-from ort_zero.distributed import init_distributed
+from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_zero_stage, load_config
 from ort_zero.examples.train_gpt import collective_timeout, configure_threads
 
@@ -310,11 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             from ort_zero.ort.inspection import ort_run_record
 
             write_json(args.output_dir / "ort.json", ort_run_record(trainer.model_wrapped))
-    # Shut the process group down before the interpreter exits, as torch asks: one of ~40 runs (native, torch 2.14,
-    # gloo) that left it to the exit ended a rank with "terminate called without an active exception".
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    shut_down_distributed()
     return 0
 
 

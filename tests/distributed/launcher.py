@@ -27,11 +27,19 @@ def deepspeed_cmd(script: Path | str, args: list[str], *, port: int, nproc: int 
 
 
 def torchrun_cmd(
-    script: Path | str, args: list[str], *, port: int, nproc: int = 2, nnodes: int = 1, node_rank: int = 0
+    script: Path | str,
+    args: list[str],
+    *,
+    port: int,
+    nproc: int = 2,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    options: tuple[str, ...] = (),
 ) -> list[str]:
-    """torchrun with a static 127.0.0.1 rendezvous; for nnodes > 1 run one command per node_rank."""
+    """torchrun (with its own `options`) and a static 127.0.0.1 rendezvous; for nnodes > 1 run one command per
+    node_rank."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "torch.distributed.run", *options,
         f"--nproc_per_node={nproc}", f"--nnodes={nnodes}", f"--node_rank={node_rank}",
         "--master_addr=127.0.0.1", f"--master_port={port}",
         str(script), *args,

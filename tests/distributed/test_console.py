@@ -1,10 +1,12 @@
 """Every line an ORT run prints is one the user needs: the same 2-rank job prints what native DeepSpeed prints, for
 ort_zero's GPT example and for an ordinary Hugging Face Trainer script (ORTZeroTrainer against transformers.Trainer).
 
-Lines are compared by kind (digits and spacing removed: times, losses and progress differ between runs); each line
-of the ORT run must be one the native run prints, or ort_zero's own (`ort_zero: ...`), and there are no more of
-them. Before ort_zero's console fixes (torch 2.14) the ORT run printed 65 lines against native's 29: ORT's feature
-table, its deep-copy warning and captured export log, CUDA notes on a CPU machine, C++ notes from every rank.
+Lines are compared rank by rank (torchrun's `--tee` writes each rank's output to its own files, so two ranks writing
+at once cannot cut each other's lines) and by kind (digits and spacing removed: times, losses and progress differ
+between runs); each line a rank prints in the ORT run must be one the same rank prints natively, or ort_zero's own
+(`ort_zero: ...`), and there are no more of them. Before ort_zero's console fixes (torch 2.14) the ORT run printed
+65 lines against native's 29: ORT's feature table, its deep-copy warning and captured export log, CUDA notes on a CPU
+machine, C++ notes from every rank.
 """
 
 from __future__ import annotations
@@ -45,19 +47,26 @@ def kinds_of_lines(output: str) -> list[str]:
     return [kind for kind in kinds if kind]
 
 
-def run(example: str, mode: list[str], out: Path) -> list[str]:
+def run(example: str, mode: list[str], out: Path) -> list[list[str]]:
+    """The kinds of lines each rank printed (stdout, then stderr), in rank order."""
     argv = [*JOBS[example][0], *mode, "--output-dir", str(out)]
-    launch = torchrun_cmd(EXAMPLES / f"{example}.py", argv, port=free_port(), nproc=2)
-    return kinds_of_lines(run_launcher(launch, timeout=400, cwd=ROOT).stdout)
+    logs = out.parent / f"{out.name}_logs"
+    options = ("--tee=3", f"--log-dir={logs}")
+    launch = torchrun_cmd(EXAMPLES / f"{example}.py", argv, port=free_port(), nproc=2, options=options)
+    run_launcher(launch, timeout=400, cwd=ROOT)
+    ranks = sorted({path.parent for path in logs.rglob("stdout.log")}, key=lambda folder: int(folder.name))
+    assert len(ranks) == 2, ranks
+    return [kinds_of_lines((r / "stdout.log").read_text() + (r / "stderr.log").read_text()) for r in ranks]
 
 
 @pytest.mark.parametrize("example", sorted(JOBS))
 def test_an_ort_run_prints_what_a_native_run_prints(tmp_path: Path, example: str) -> None:
     native_mode, ort_mode = JOBS[example][1]
-    native = run(example, native_mode, tmp_path / "native")
-    ort = run(example, ort_mode, tmp_path / "ort")
+    native_ranks = run(example, native_mode, tmp_path / "native")
+    ort_ranks = run(example, ort_mode, tmp_path / "ort")
     assert (tmp_path / "ort" / "ort.json").is_file()
-    unexpected = [line for line in ort if line not in native and not line.startswith("ort_zero:")]
-    assert unexpected == [], "\n".join(unexpected)
-    counted = [[line for line in run if not line.endswith(PER_COLLECTIVE)] for run in (native, ort)]
-    assert len(counted[1]) <= len(counted[0]), (len(counted[1]), len(counted[0]))
+    for rank, (native, ort) in enumerate(zip(native_ranks, ort_ranks, strict=True)):
+        unexpected = [line for line in ort if line not in native and not line.startswith("ort_zero:")]
+        assert unexpected == [], f"rank {rank}:\n" + "\n".join(unexpected)
+        counted = [[line for line in lines if not line.endswith(PER_COLLECTIVE)] for lines in (native, ort)]
+        assert len(counted[1]) <= len(counted[0]), (rank, len(counted[1]), len(counted[0]))

@@ -13,6 +13,8 @@ import torch
 from rank_run import start, write_result
 from torch import nn
 
+from ort_zero.distributed import shut_down_distributed
+
 VOCAB, WIDTH, HIDDEN, BLOCKS = 32000, 512, 2048, 36  # embedding 62.5 MiB, each Linear 4 MiB: 350.5 MiB in all
 
 
@@ -76,6 +78,7 @@ def main() -> None:
     engine.backward(loss)
     engine.step()
     write_result(args.out, rank, record, engine)
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from zero3_models import MODELS, batch
 
 import ort_zero  # before ORTModule (imported in main): it makes ORTModule importable on torch >= 2.9
+from ort_zero.distributed import shut_down_distributed
 
 
 def main() -> None:
@@ -53,7 +54,7 @@ def main() -> None:
         result["ort"] = ort_run_record(model)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
-    dist.destroy_process_group()
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import torch
 from deepspeed.runtime.zero.linear import zero3_linear_wrap
 from zero3_models import MODELS, batch
 
+from ort_zero.distributed import shut_down_distributed
+
 VARIANTS = {
     "base": {},
     "accum": {"gradient_accumulation_steps": 2},
@@ -150,6 +152,7 @@ def main() -> None:
             result["params"] = {name: p.detach().double().flatten().tolist() for name, p in named}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
+    shut_down_distributed()
 
 
 def training_manager(engine: deepspeed.DeepSpeedEngine) -> Any:

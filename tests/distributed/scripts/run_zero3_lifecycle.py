@@ -23,6 +23,8 @@ from rank_run import start, write_result
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ort_zero.distributed import shut_down_distributed
+
 WIDTH = 8
 CONFIG = {
     "train_micro_batch_size_per_gpu": 2,
@@ -240,6 +242,7 @@ def main() -> None:
             results[scenario]["ort"] = ort_run_record(engine.module)["training"]
         engine.destroy()
     write_result(args.out, rank, results)
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import argparse
 import copy
 import json
 import os
+import time
 from pathlib import Path
 
 import deepspeed
@@ -105,6 +106,7 @@ def main() -> None:
     (args.out / f"rank{rank}.json").write_text(json.dumps(result, indent=1))
     dist.barrier()
     dist.destroy_process_group()
+    time.sleep(0.2)  # gloo's workers finish with the GIL free (ort_zero.distributed.shut_down_distributed says why)
 
 
 if __name__ == "__main__":
