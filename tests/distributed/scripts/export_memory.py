@@ -10,10 +10,8 @@ from pathlib import Path
 
 import deepspeed
 import torch
-from rank_run import start, write_result
+from rank_run import finish, start, write_result
 from torch import nn
-
-from ort_zero.distributed import shut_down_distributed
 
 VOCAB, WIDTH, HIDDEN, BLOCKS = 32000, 512, 2048, 36  # embedding 62.5 MiB, each Linear 4 MiB: 350.5 MiB in all
 
@@ -78,7 +76,7 @@ def main() -> None:
     engine.backward(loss)
     engine.step()
     write_result(args.out, rank, record, engine)
-    shut_down_distributed()
+    finish()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""What every 2-rank test script does around its training: ort_zero's hooks unless native, the process group, and
-one JSON result per rank (with ORT's run record when the model ran in ORT)."""
+"""What every 2-rank test script does around its training: ort_zero's hooks unless native, the process group, one
+JSON result per rank (with ORT's run record when the model ran in ORT), and the process group's end."""
 
 from __future__ import annotations
 
@@ -28,3 +28,10 @@ def write_result(out: Path, rank: int, result: dict[str, Any], ort_model: Any = 
         result["ort"] = ort_run_record(ort_model)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def finish() -> None:
+    """End the process group as ort_zero's entry points do (gloo's workers done before the interpreter exits)."""
+    from ort_zero.distributed import shut_down_distributed
+
+    shut_down_distributed()

@@ -16,9 +16,8 @@ import torch
 import torch.utils.checkpoint
 from deepspeed.utils import safe_get_full_grad
 from onnx import ModelProto
-from rank_run import start, write_result
+from rank_run import finish, start, write_result
 
-from ort_zero.distributed import shut_down_distributed
 from ort_zero.models.gpt import GPT, GPTConfig
 from ort_zero.models.stack import RELEASE_EARLY_ZERO3
 from ort_zero.ort.footprint import malloced_bytes
@@ -139,7 +138,7 @@ def main() -> None:
         result["ort"] = ort_run_record(engine.module)
         result["kept"] = what_ortmodule_keeps(engine)  # drops the graphs: after the run record, which reads them
     write_result(args.out, rank, result)
-    shut_down_distributed()
+    finish()
 
 
 if __name__ == "__main__":

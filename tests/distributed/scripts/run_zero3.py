@@ -16,8 +16,6 @@ import torch
 from deepspeed.runtime.zero.linear import zero3_linear_wrap
 from zero3_models import MODELS, batch
 
-from ort_zero.distributed import shut_down_distributed
-
 VARIANTS = {
     "base": {},
     "accum": {"gradient_accumulation_steps": 2},
@@ -75,7 +73,8 @@ def main() -> None:
         import ort_zero
 
         ort_zero.enable_zero3(mem_efficient_grads=args.mem_grads)
-    from ort_zero.distributed import init_distributed  # after the switch: importing ort_zero reads the variable
+    # after the switch: importing ort_zero reads the variable
+    from ort_zero.distributed import init_distributed, shut_down_distributed
 
     rank, _ = init_distributed()
     torch.manual_seed(0)

@@ -21,10 +21,8 @@ import deepspeed
 import torch
 import torch.utils.checkpoint
 from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-from rank_run import start, write_result
+from rank_run import finish, start, write_result
 from torch import nn
-
-from ort_zero.distributed import shut_down_distributed
 
 VOCAB, WIDTH, LAYERS, STEPS = 32, 16, 3, 6
 CONFIG = {
@@ -155,7 +153,7 @@ def main() -> None:
     rank = start(args.mode)
     results = {kind: train(kind, args.mode, rank) for kind in args.kind}
     write_result(args.out, rank, results)
-    shut_down_distributed()
+    finish()
 
 
 if __name__ == "__main__":

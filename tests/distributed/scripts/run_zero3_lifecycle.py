@@ -19,11 +19,9 @@ import deepspeed
 import torch
 import torch.nn.functional as F
 from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-from rank_run import start, write_result
+from rank_run import finish, start, write_result
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-
-from ort_zero.distributed import shut_down_distributed
 
 WIDTH = 8
 CONFIG = {
@@ -242,7 +240,7 @@ def main() -> None:
             results[scenario]["ort"] = ort_run_record(engine.module)["training"]
         engine.destroy()
     write_result(args.out, rank, results)
-    shut_down_distributed()
+    finish()
 
 
 if __name__ == "__main__":

@@ -10,9 +10,8 @@ from pathlib import Path
 import deepspeed
 import psutil
 import torch
-from rank_run import start, write_result
+from rank_run import finish, start, write_result
 
-from ort_zero.distributed import shut_down_distributed
 from ort_zero.models.stack import RELEASE_EARLY_ZERO3, LinearStack
 
 
@@ -55,7 +54,7 @@ def main() -> None:
         losses.append(loss.item())
     result = {"held_mib": held_mib, "losses": losses, "partitioned_at_construction": partitioned}
     write_result(args.out, rank, result, engine.module if args.mode == "ort" else None)
-    shut_down_distributed()
+    finish()
 
 
 if __name__ == "__main__":
