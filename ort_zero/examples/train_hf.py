@@ -142,7 +142,7 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, in
 
     set_seed(args.seed)
     # Mixture-of-experts layers as one batched matmul over (token, expert) pairs: the default (grouped_mm) counts
-    # tokens per expert with torch.histc, which ORT's TorchScript export cannot export (README).
+    # tokens per expert with torch.histc, which ORT's TorchScript export cannot export (docs/huggingface.md).
     options = {"attn_implementation": "eager", "experts_implementation": "batched_mm"}
     if args.init_from is not None:  # also under zero.Init: each rank loads only its partitions' values
         model = AutoModelForCausalLM.from_pretrained(args.init_from, **options)
@@ -256,7 +256,7 @@ def training_arguments(args: argparse.Namespace) -> Any:
         report_to=[],
         disable_tqdm=True,
         dataloader_num_workers=0,
-        use_cpu=get_accelerator().device_name() == "cpu",  # else accelerate counts one process: see README
+        use_cpu=get_accelerator().device_name() == "cpu",  # else accelerate counts one process: see docs/huggingface.md
     )
 
 
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
 def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The Trainer's default batching plus the attention mask a tokenizer gives (all ones: no window is padded).
     Without a mask, transformers 5 models look for packed sequences in the position ids with `torch.diff`, which
-    ORT's TorchScript export cannot export (README "Hugging Face Trainer")."""
+    ORT's TorchScript export cannot export (docs/huggingface.md)."""
     from transformers import default_data_collator
 
     batch = default_data_collator(items)

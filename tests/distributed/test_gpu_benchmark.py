@@ -1,5 +1,5 @@
 """benchmarks/bench_zero3.py on CUDA GPUs: native and ORT-ZeRO3 both report the GPU allocator's peak on every rank.
-Skipped where there is no GPU (CI); written for GPU hosts and never run (README, "GPU hosts").
+Skipped where there is no GPU (CI); written for GPU hosts and never run (docs/stack.md, "GPU hosts").
 
 ORT-ZeRO3 runs with ort_zero enabled, so an ORT session that fell back to the CPU provider fails the run instead of
 being measured."""

@@ -4,7 +4,7 @@ The precision settings are those of ds_configs/zero3_gpu_bf16.json and zero3_gpu
 scaling). Tolerance: ORT and PyTorch round the same half-precision math through different kernels, so the curves
 cannot agree to float32 precision; per step they must stay within 2% of native's loss (bf16 keeps 8 mantissa bits,
 a relative step of 0.4%, and 20 Adam steps compound it), both runs must learn, and every rank's ORT session must run
-on the CUDA provider. Written for GPU hosts and never run: no GPU was available (README, "GPU hosts").
+on the CUDA provider. Written for GPU hosts and never run: no GPU was available (docs/stack.md, "GPU hosts").
 """
 
 from __future__ import annotations

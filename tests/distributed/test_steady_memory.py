@@ -6,7 +6,7 @@ training adds to a rank's RSS (RSS after a step above RSS before training), pool
 ORT's median within 1.25x of native's. Before ORT training sessions returned the heap's free pages after each
 backward it was 1.76x (ORT leaves more freed memory in glibc's heap than PyTorch does); with it, 0.98-1.16x in
 runs on a loaded machine: at this size where the optimizer's temporaries land in the heap moves the median by up to
-15% from run to run. At the sizes people train the benchmark has ORT at 0.75-0.96x (README, issue 22).
+15% from run to run. At the sizes people train the benchmark has ORT at 0.75-0.96x (docs/benchmarks.md, issue 22).
 """
 
 from __future__ import annotations
