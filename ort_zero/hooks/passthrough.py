@@ -11,8 +11,8 @@ Who owns that memory differs between PyTorch and ORT. In PyTorch an output is a 
 alive, as any view does. In an ORT training graph ORT's buffer plan must be the only owner: ORT frees a buffer after
 the last reader of every value planned in it, but never releases a value planned in another's buffer, so a view
 that owned its memory would keep every activation crossing a module boundary alive until the backward ends. The
-training-graph pass `ort_zero.ort.passthrough_buffers` therefore tells each PythonOp how ORT planned it: its outputs
-and gradients are then `borrowed` views, or copies where ORT plans a buffer of their own.
+training-graph pass `ort_zero.ort.passes.passthrough_buffers` therefore tells each PythonOp how ORT planned it:
+its outputs and gradients are then `borrowed` views, or copies where ORT plans a buffer of their own.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ def function_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-# Set by `ort_zero.ort.passthrough_buffers` from ORT's plan of a training graph, per PythonOp (Function name, integer
-# arguments): whose outputs ORT plans in their inputs' buffers (they return borrowed views), whose it plans in buffers
-# of their own (they return copies), and for each the tensor inputs whose gradient ORT plans in the output gradient's
-# buffer (borrowed; their other gradients are copies).
+# Set by `ort_zero.ort.passes.passthrough_buffers` from ORT's plan of a training graph, per PythonOp (Function name,
+# integer arguments): whose outputs ORT plans in their inputs' buffers (they return borrowed views), whose it plans in
+# buffers of their own (they return copies), and for each the tensor inputs whose gradient ORT plans in the output
+# gradient's buffer (borrowed; their other gradients are copies).
 PythonOpKey = tuple[str, tuple[int, ...]]
 _BORROWED_OUTPUTS: set[PythonOpKey] = set()
 _COPIED_OUTPUTS: set[PythonOpKey] = set()
@@ -129,7 +129,7 @@ def alias_maps(node_proto: bytes, non_tensor_inputs: int, passed_through: int | 
     Forward map: one entry per output (ORT's context output excluded), the index of the argument it shares memory
     with among all `forward` arguments (non-tensor ones first, as in the signature), or -1. Backward map: all -1
     here; which output gradients exist is known only in the gradient graph, where
-    `ort_zero.ort.passthrough_buffers` plans each passed-through gradient in its output gradient's buffer.
+    `ort_zero.ort.passes.passthrough_buffers` plans each passed-through gradient in its output gradient's buffer.
     """
     import onnx
 

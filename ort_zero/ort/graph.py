@@ -119,6 +119,22 @@ def make_python_op(
     )
 
 
+def make_params_bridge(
+    func: type[torch.autograd.Function], node_name: str, key: int, params: list, after: tuple[str, int, int]
+) -> onnx.NodeProto:
+    """A PythonOp of an ORT-only bridge (`func`) that runs once the value `after` (name, rank, element type) exists
+    and outputs module `key`'s `params` gathered: `forward(ctx, key, after, *ds_ids)`, without autograd."""
+    return make_python_op(
+        qualified_name(func),
+        node_name,
+        int_scalars=[key, *(p.ds_id for p in params)],
+        inputs=[after],
+        outputs=[(f"{node_name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(params)],
+        training_mode=0,
+        input_convention="cd" + "c" * len(params),
+    )
+
+
 _UNREGISTER_AT_EXIT: list[bool] = []
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from .backward_gather import forward_gathered_reads
 from .graph import func_name
-from .recompute import recompute_record
+from .passes.backward_gather import forward_gathered_reads
+from .passes.recompute import recompute_record
 
 
 def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
@@ -19,7 +19,7 @@ def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
     "inference"), whether an ORT session exists, the execution providers it runs on (a model on CUDA must show
     CUDAExecutionProvider first) and the sorted func names of its graph's PythonOps; for training, also the backward
     reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy alive) and what ort_zero's
-    layer-wise recompute applied (`ort_zero.ort.recompute.recompute_record`)."""
+    layer-wise recompute applied (`ort_zero.ort.passes.recompute.recompute_record`)."""
     ort_module = model if hasattr(model, "_torch_module") else getattr(model, "module", model)
     if not hasattr(ort_module, "_torch_module"):
         raise TypeError(f"{type(ort_module).__name__} is not an ORTModule")

@@ -17,15 +17,13 @@ import torch
 
 from .. import settings
 from ..hooks import passthrough
-from .backward_gather import regather_for_backward
-from .export_context import is_zero3_module, stood_in_for_export, zero3_named_params
+from .export_context import is_zero3_module, stood_in_for_export
 from .export_errors import naming_export_failures
 from .footprint import trim_training_manager
-from .graph import is_zero3_graph, register_function
-from .mem_grad_rewrite import ParamRetrieval, rewrite_param_inputs
-from .passthrough_buffers import plan_passthrough_buffers
-from .recompute import recompute_regions
-from .zero3_rewrite import TRIGGER_NAME, ParamPull, rewrite_partitioned_params
+from .graph import is_zero3_graph
+from .passes.base import ExportedGraph, TrainingGraph
+from .passes.pipeline import run_export_passes, run_training_graph_passes
+from .passes.zero3_params import TRIGGER_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -62,44 +60,12 @@ def schema_forward(original: Callable, during_export: Callable[[], contextlib.Ab
 
 
 def graph_optimizers(original: Any) -> Any:
-    """Wraps ORT's graph-optimizer registry run on the training graph: ORT's optimizers, then ort_zero's passes
-    (a graph without ort_zero's PythonOps is left alone)."""
+    """Wraps ORT's graph-optimizer registry run on the training graph: ORT's optimizers, then ort_zero's
+    training-graph passes (`passes.pipeline`; a graph without ort_zero's PythonOps is left alone)."""
 
     def optimize_all(cls: type, module_name: str, device: str, graph: Any) -> None:
         original.__get__(None, cls)(module_name, device, graph)
-        report = regather_for_backward(graph)
-        if report.regathers:
-            logger.info(
-                "ort_zero: backward re-gathers for %d modules (%d reads rewired; external parameters registered: %s)",
-                report.regathers,
-                report.rewired_reads,
-                ", ".join(report.registered) or "none",
-            )
-        recomputed = recompute_regions(graph, settings.recompute_level())
-        if recomputed.regions:
-            logger.info(
-                "ort_zero: ORTMODULE_MEMORY_OPT_LEVEL=%d: %d regions recomputed in the backward (%s; %d nodes, "
-                "%d reads rewired), their parameters gathered again for the recompute",
-                recomputed.level,
-                len(recomputed.regions),
-                ", ".join(recomputed.regions),
-                recomputed.recomputed_nodes,
-                recomputed.rewired_reads,
-            )
-        elif recomputed.level:
-            logger.warning(
-                "ort_zero: ORTMODULE_MEMORY_OPT_LEVEL=%d but nothing was recomputed: the model has no layers "
-                "(children of a ModuleList/Sequential of like modules) whose backward reads their activations",
-                recomputed.level,
-            )
-        buffers = plan_passthrough_buffers(graph)
-        if buffers.python_ops:
-            logger.info(
-                "ort_zero: %d pass-through PythonOps return views of ORT's buffers (and %d gradients); copies: %s",
-                buffers.python_ops,
-                buffers.borrowed_grads,
-                ", ".join(buffers.copied_outputs) or "none",
-            )
+        run_training_graph_passes(TrainingGraph(graph, settings.recompute_level()))
 
     return classmethod(optimize_all)
 
@@ -108,7 +74,7 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
     """Wraps `TrainingManager._create_execution_agent`: for a ZeRO-3 graph, ORT's own memory optimizer stays off.
 
     It cannot recompute through the bridges and what it recomputes reads forward-gathered parameters; ort_zero's
-    recompute pass has already applied the level (`ort_zero.ort.recompute`)."""
+    recompute pass has already applied the level (`ort_zero.ort.passes.recompute`)."""
 
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
@@ -164,7 +130,8 @@ def configure_hooks(original: Callable) -> Callable:
 
 
 def post_export_process(original: Callable) -> Callable:
-    """Runs ORT's post-export processing without its ZeRO-3 and gradient passes, then ort_zero's passes."""
+    """Runs ORT's post-export processing without its ZeRO-3 and gradient passes, then ort_zero's export passes
+    (`passes.pipeline`)."""
 
     @functools.wraps(original)
     def _post_export_process(
@@ -191,22 +158,18 @@ def post_export_process(original: Callable) -> Callable:
             False,
             logger,
         )
-        model = info._post_export_processed_model
-        named_params = dict(flatten_module.named_parameters())
-        removed = rewrite_partitioned_params(model, zero3_named_params(flatten_module), list(named_params))
-        if removed:
-            register_function(ParamPull)
-        training = export_mode == torch.onnx.TrainingMode.TRAINING
-        if training and (enable_mem_efficient_grad_management or settings.mem_efficient_grads):
-            retrieved = rewrite_param_inputs(model, named_params, list(named_params))
-            if retrieved:
-                register_function(ParamRetrieval)
-                # ORTModule then orders the graph to free memory early (its buggy trigger branch keys on another name)
-                info.is_mem_efficient_grad_management_enabled = True
-                logger.info("ort_zero: memory-efficient gradients for %d parameters", len(retrieved))
-            removed += retrieved
-        if removed:
-            _feed_trigger(info, removed, ort_appends_trigger=enable_zero_stage3_support)
+        exported = ExportedGraph(
+            model=info._post_export_processed_model,
+            module=flatten_module,
+            training=export_mode == torch.onnx.TrainingMode.TRAINING,
+            mem_efficient_grads=enable_mem_efficient_grad_management or settings.mem_efficient_grads,
+        )
+        run_export_passes(exported)
+        if exported.mem_efficient_order:
+            # ORTModule then orders the graph to free memory early (its buggy trigger branch keys on another name)
+            info.is_mem_efficient_grad_management_enabled = True
+        if exported.removed_inputs:
+            _feed_trigger(info, exported.removed_inputs, ort_appends_trigger=enable_zero_stage3_support)
         return info
 
     return _post_export_process

@@ -9,10 +9,11 @@ key (see `state.py`) and never run a collective while the model is being traced 
                                             backward: param.backward(grad) for ORT, then release after backward
     PostForwardBridge  module outputs       forward: release params; backward: gather for the module's backward
     BackwardParamsBridge  (ORT graphs only) after PostForwardBridge's backward: the re-gathered params, for the
-                          module's backward to read instead of the forward's copies (`ort_zero.ort.backward_gather`)
+                          module's backward to read instead of the forward's copies
+                          (`ort_zero.ort.passes.backward_gather`)
     RecomputeStartBridge  (ORT graphs only) where the backward enters a recomputed region: its inputs, passed on
     RecomputeParamsBridge (ORT graphs only) a module's params gathered for its recomputed forward
-                          (`ort_zero.ort.recompute`)
+                          (`ort_zero.ort.passes.recompute`)
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_converge_agrees_and_writes_its_report_and_plot(tmp_path: Path) -> None:
 
 
 # ort_zero's layer-wise recompute lives there once it exists; until then no ORT run can recompute a ZeRO-3 graph.
-HAS_RECOMPUTE = importlib.util.find_spec("ort_zero.ort.recompute") is not None
+HAS_RECOMPUTE = importlib.util.find_spec("ort_zero.ort.passes.recompute") is not None
 N_LAYER = 2
 
 

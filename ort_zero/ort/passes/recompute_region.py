@@ -1,137 +1,37 @@
-"""Training-graph pass: layer-wise recompute for ZeRO-3 models in ORT (ORTMODULE_MEMORY_OPT_LEVEL 1 and 2).
-
-ORT's own memory optimizer cannot serve a ZeRO-3 graph: every module boundary is a bridge PythonOp, which it does not
-recompute through (it finds no transformer layer), and what it does recompute reads the parameters gathered in the
-forward, keeping them alive until the backward. This pass does on ORT's forward+backward graph what per-layer
-gradient checkpointing does in PyTorch:
-
-- a *region* is a transformer layer (a child of a ModuleList or Sequential of like modules); at level 2 also each
-  other module of the model outside the layers whose parent is the model or holds layers;
-- backward reads of values computed inside a region (activations the forward would keep) are rewired to copies of
-  the region's forward nodes, computed in the backward from the region's inputs;
-- the copies start at the region's anchor (the gradient node of its PostForwardBridge, where the backward enters
-  it) through a RecomputeStartBridge; each module inside gathers its parameters again just before its copied ops
-  (RecomputeParamsBridge), so no copy reads a parameter gathered in the forward;
-- every Dropout gets a fixed seed, so its copy draws the forward's mask; random ops, foreign PythonOps and ops
-  with subgraphs are not recomputed (their outputs stay kept).
-"""
+"""One region of the layer-wise recompute: its forward nodes, its anchor, and the copies that recompute what its
+backward reads (`recompute.py` chooses the regions and applies them)."""
 
 from __future__ import annotations
 
-import logging
-import zlib
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Generator
 
 import onnx
 import torch
-from onnx import helper
 
-from ..zero3 import state as zero3_state
-from ..zero3.bridges import (
+from ...zero3 import state as zero3_state
+from ...zero3.bridges import (
     PostForwardBridge,
     PreForwardBridge,
     RecomputeParamsBridge,
     RecomputeStartBridge,
     StepStartBridge,
 )
-from .graph import (
+from ..graph import (
     func_name,
     ints_attribute,
+    make_params_bridge,
     make_python_op,
-    onnx_dtype,
     qualified_name,
-    register_function,
     set_ints_attribute,
 )
 from .training_graph import TrainingGraphView
 
-logger = logging.getLogger(__name__)
-
 RECOMPUTE_SUFFIX = "_ort_zero_recompute"
 START_PREFIX = "ort_zero_recompute_start"
-LAYER_PLAN = "TransformerLayerRecompute"
-MODULE_PLAN = "ModuleRecompute"
-_DROPOUTS = frozenset({"Dropout", "BitmaskDropout", "BiasDropout", "BitmaskBiasDropout"})
 _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial"})
-_STACKS = (torch.nn.ModuleList, torch.nn.Sequential)
 
 
-@dataclass
-class RecomputeReport:
-    """What the pass did to one training graph."""
-
-    level: int = 0
-    regions: dict[str, str] = field(default_factory=dict)  # module path -> plan
-    recomputed_nodes: int = 0
-    rewired_reads: int = 0
-    kept: list[str] = field(default_factory=list)  # values read by the backward that stay kept, and why
-
-
-def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:
-    """Apply the pass in place at `level` (0 does nothing) to a training graph of ort_zero's bridges."""
-    report = RecomputeReport(level=level)
-    if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
-        return report
-    seed_dropouts(graph)
-    if level == 0:
-        return report
-    view = TrainingGraphView(graph)
-    bridges = _Bridges(view)
-    new_nodes: list[onnx.NodeProto] = []
-    for path, key, plan in _regions(bridges.root_module(), bridges.keys, level):
-        region = _Region(view, bridges, key, path, plan)
-        if region.skip_reason:
-            report.kept.append(f"{path}: {region.skip_reason}")
-            continue
-        rewired = region.rewire(new_nodes)
-        if rewired:
-            report.regions[path] = plan
-            report.rewired_reads += rewired
-        report.kept.extend(region.kept)
-    if new_nodes:
-        report.recomputed_nodes = sum(1 for node in new_nodes if node.name.endswith(RECOMPUTE_SUFFIX))
-        view.rebuild(new_nodes)
-        register_function(RecomputeStartBridge)
-        register_function(RecomputeParamsBridge)
-    if report.kept:
-        logger.warning(
-            "ort_zero: recompute keeps %d values from the forward to the backward: %s",
-            len(report.kept),
-            "; ".join(report.kept[:5]),
-        )
-    return report
-
-
-def seed_dropouts(graph: onnx.GraphProto) -> None:
-    """Give every Dropout a fixed seed (from torch's seed and the node): a recomputed copy then draws the forward's
-    mask, and runs at any level draw the same masks (each node keeps its own generator, advanced once per step)."""
-    for node in graph.node:
-        if node.op_type in _DROPOUTS and not any(a.name == "seed" for a in node.attribute):
-            seed = (zlib.crc32(node.output[0].encode()) ^ torch.initial_seed()) & 0x7FFFFFFF
-            node.attribute.append(helper.make_attribute("seed", seed))
-
-
-def recompute_record(graph: onnx.GraphProto | None) -> dict:
-    """Evidence read back from a training graph: the recomputed regions, plans applied and nodes recomputed."""
-    nodes = list(graph.node) if graph is not None else []
-    starts = [node for node in nodes if func_name(node) == qualified_name(RecomputeStartBridge)]
-    plans: dict[str, int] = {}
-    layers, level = [], 0
-    for node in starts:
-        plan, _, path = node.doc_string.partition(" ")
-        plans[plan] = plans.get(plan, 0) + 1
-        level = max(level, 2 if plan == MODULE_PLAN else 1)
-        layers.append(path)
-    return {
-        "level": level,
-        "layers": layers,
-        "plans": plans,
-        "recomputed_nodes": sum(1 for node in nodes if node.name.endswith(RECOMPUTE_SUFFIX)),
-    }
-
-
-class _Bridges:
+class ForwardBridges:
     """The forward's bridge nodes per module key."""
 
     def __init__(self, view: TrainingGraphView) -> None:
@@ -156,34 +56,10 @@ class _Bridges:
         return next(m for m in modules if all(any(x is n for x in m.modules()) for n in modules))
 
 
-def _regions(root: torch.nn.Module, keys: set[int], level: int) -> Iterator[tuple[str, int, str]]:
-    """(module path, key, plan) of the regions to recompute, in module order."""
-    key_of = {id(zero3_state.lookup(key).module): key for key in keys}
-    layers = {
-        id(child)
-        for module in root.modules()
-        if isinstance(module, _STACKS)
-        for child in module.children()
-        if sum(type(other) is type(child) for other in module.children()) >= 2
-    }
-    holds_layer = {id(m) for m in root.modules() if any(id(sub) in layers for sub in m.modules())}
-    for path, module in root.named_modules():
-        if id(module) in layers and id(module) in key_of:
-            yield path, key_of[id(module)], LAYER_PLAN
-    if level < 2:
-        return
-    for parent_path, parent in root.named_modules():
-        if parent is not root and (id(parent) not in holds_layer or id(parent) in layers):
-            continue
-        for name, child in parent.named_children():
-            if id(child) not in holds_layer and id(child) in key_of:
-                yield f"{parent_path}.{name}".lstrip("."), key_of[id(child)], MODULE_PLAN
-
-
-class _Region:
+class Region:
     """One region: its forward nodes, its anchor, and the copies that recompute what its backward reads."""
 
-    def __init__(self, view: TrainingGraphView, bridges: _Bridges, key: int, path: str, plan: str) -> None:
+    def __init__(self, view: TrainingGraphView, bridges: ForwardBridges, key: int, path: str, plan: str) -> None:
         self.view, self.key, self.path, self.plan = view, key, path, plan
         self.kept: list[str] = []
         self.skip_reason = ""
@@ -359,14 +235,8 @@ class _Region:
                 slot = next(slot for slot, out in enumerate(anchor.output) if out)
                 after, (rank, elem_type) = anchor.output[slot], _output_type(anchor, slot)
             name = f"ort_zero_recompute_params_{self.key}_{key}"
-            self.param_bridges[key] = make_python_op(
-                qualified_name(RecomputeParamsBridge),
-                name,
-                int_scalars=[key, *(p.ds_id for p in params)],
-                inputs=[(after, rank, elem_type)],
-                outputs=[(f"{name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(params)],
-                training_mode=0,
-                input_convention="cd" + "c" * len(params),
+            self.param_bridges[key] = make_params_bridge(
+                RecomputeParamsBridge, name, key, params, (after, rank, elem_type)
             )
             self.anchored.update(self.param_bridges[key].output[1:])
             self.new_nodes.append(self.param_bridges[key])

@@ -27,18 +27,18 @@ import torch
 from deepspeed.runtime.zero.partition_parameters import register_external_parameter
 from onnx import helper
 
-from ..zero3 import state as zero3_state
-from ..zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge
-from ..zero3.state import fetched_params
-from .graph import (
+from ...zero3 import state as zero3_state
+from ...zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge
+from ...zero3.state import fetched_params
+from ..graph import (
     func_name,
     ints_attribute,
     is_zero3_graph,
-    make_python_op,
-    onnx_dtype,
+    make_params_bridge,
     qualified_name,
     register_function,
 )
+from .base import GraphPass, TrainingGraph
 from .training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,23 @@ class BackwardGatherReport:
     rewired_reads: int = 0  # backward inputs now reading a re-gathered parameter (or a view re-done from one)
     kept: list[str] = field(default_factory=list)  # "node <- value": backward reads still of forward copies
     registered: list[str] = field(default_factory=list)  # "param ds_id -> module": external parameters registered
+
+    def log(self) -> None:
+        if self.regathers:
+            logger.info(
+                "ort_zero: backward re-gathers for %d modules (%d reads rewired; external parameters registered: %s)",
+                self.regathers,
+                self.rewired_reads,
+                ", ".join(self.registered) or "none",
+            )
+
+
+def run(training: TrainingGraph) -> BackwardGatherReport:
+    """The pass's entry (see `regather_for_backward`)."""
+    return regather_for_backward(training.graph)
+
+
+PASS = GraphPass("backward_gather", run, provides=frozenset({"backward_regathers"}))
 
 
 def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
@@ -212,15 +229,7 @@ class _Regather:
         ranks = ints_attribute(anchor_node, "output_tensor_ranks")
         types = ints_attribute(anchor_node, "output_tensor_types")
         self.name = f"ort_zero_backward_params_{anchor}"
-        self.node = make_python_op(
-            qualified_name(BackwardParamsBridge),
-            self.name,
-            int_scalars=[key, *(p.ds_id for p in params)],
-            inputs=[(after, ranks[slot], types[slot])],
-            outputs=[(f"{self.name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(params)],
-            training_mode=0,
-            input_convention="cd" + "c" * len(params),
-        )
+        self.node = make_params_bridge(BackwardParamsBridge, self.name, key, params, (after, ranks[slot], types[slot]))
         self.index = {id(p): j for j, p in enumerate(params)}
         self.redone: dict[str, str] = {}
 

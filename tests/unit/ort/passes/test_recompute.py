@@ -26,9 +26,9 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
 from ort_zero.ort.graph import MS_DOMAIN, func_name, ints_attribute, qualified_name  # noqa: E402
-from ort_zero.ort.recompute import (  # noqa: E402
+from ort_zero.ort.passes.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
+from ort_zero.ort.passes.recompute import (  # noqa: E402
     LAYER_PLAN,
     MODULE_PLAN,
     RECOMPUTE_SUFFIX,
@@ -46,7 +46,7 @@ from ort_zero.zero3.bridges import (  # noqa: E402
 )
 
 FLOAT = TensorProto.FLOAT
-LOGGER = "ort_zero.ort.recompute"
+LOGGER = "ort_zero.ort.passes.recompute"
 FOREIGN = "user_code.ScaleFunction"  # an autograd Function of the user's: a PythonOp that is not an ort_zero bridge
 
 

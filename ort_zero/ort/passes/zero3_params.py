@@ -12,14 +12,27 @@ data. After this pass:
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
 import torch
 from onnx import helper
 
-from ..zero3.bridges import PreForwardBridge
-from .graph import func_name, make_trigger_python_op, qualified_name, replace_input_uses, retype_python_op_input
+from ...zero3.bridges import PreForwardBridge
+from ..export_context import zero3_named_params
+from ..graph import (
+    func_name,
+    make_trigger_python_op,
+    qualified_name,
+    register_function,
+    replace_input_uses,
+    retype_python_op_input,
+)
+from .base import ExportedGraph, GraphPass
+
+logger = logging.getLogger(__name__)
 
 # ORTModule's own name for the weight-pull trigger: with ORTMODULE_ENABLE_ZERO_STAGE3=1 it feeds this input itself.
 TRIGGER_NAME = "pull_weight_trigger"
@@ -46,6 +59,30 @@ class ParamPull(torch.autograd.Function):
 
 class ExportError(RuntimeError):
     """The exported graph uses a partitioned parameter in a way the rewrite cannot serve."""
+
+
+@dataclass
+class BridgedParams:
+    """The partitioned parameters that left the graph inputs."""
+
+    removed: list[str]
+
+    def log(self) -> None:
+        if self.removed:
+            logger.debug("ort_zero: %d partitioned parameters now come from their bridges", len(self.removed))
+
+
+def run(exported: ExportedGraph) -> BridgedParams:
+    """The pass's entry: rewrite the exported graph of a ZeRO-3 module (any other is left alone)."""
+    named = dict(exported.module.named_parameters())
+    removed = rewrite_partitioned_params(exported.model, zero3_named_params(exported.module), list(named))
+    if removed:
+        register_function(ParamPull)
+    exported.removed_inputs += removed
+    return BridgedParams(removed)
+
+
+PASS = GraphPass("zero3_params", run, provides=frozenset({"zero3_params_from_bridges", "trigger_input"}))
 
 
 def rewrite_partitioned_params(

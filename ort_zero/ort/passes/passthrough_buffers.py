@@ -24,15 +24,17 @@ A model that falls back to PyTorch forgets the plans (`ort.integration.loud_fall
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import onnx
 
-from ..hooks import passthrough
-from ..hooks.passthrough import PythonOpKey
-from ..hooks.statistics import EndStep, RecordStatistics
-from ..zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
-from .graph import func_name, ints_attribute, qualified_name, set_ints_attribute
+from ...hooks import passthrough
+from ...hooks.passthrough import PythonOpKey
+from ...hooks.statistics import EndStep, RecordStatistics
+from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
+from ..graph import func_name, ints_attribute, qualified_name, set_ints_attribute
+from .base import GraphPass, TrainingGraph
 
 PASS_THROUGH_FUNCTIONS = frozenset(
     qualified_name(function)
@@ -40,6 +42,7 @@ PASS_THROUGH_FUNCTIONS = frozenset(
 )
 """The Functions that return their inputs through `hooks.passthrough` (the exporter traces them into the forward)."""
 _REUSE = "tensor_reuse_map"
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,6 +52,24 @@ class BufferPlan:
     python_ops: int = 0
     copied_outputs: list[str] = field(default_factory=list)
     borrowed_grads: int = 0
+
+    def log(self) -> None:
+        if self.python_ops:
+            logger.info(
+                "ort_zero: %d pass-through PythonOps return views of ORT's buffers (and %d gradients); copies: %s",
+                self.python_ops,
+                self.borrowed_grads,
+                ", ".join(self.copied_outputs) or "none",
+            )
+
+
+def run(training: TrainingGraph) -> BufferPlan:
+    """The pass's entry (see `plan_passthrough_buffers`)."""
+    return plan_passthrough_buffers(training.graph)
+
+
+# Last: it plans the PythonOps every earlier pass inserted.
+PASS = GraphPass("passthrough_buffers", run, needs=frozenset({"backward_regathers", "recomputed_regions"}))
 
 
 def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:

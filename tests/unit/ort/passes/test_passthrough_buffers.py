@@ -1,5 +1,5 @@
 """The training-graph pass that leaves ORT's buffer plan the only owner of ort_zero's pass-through outputs
-(`ort_zero.ort.passthrough_buffers`), on hand-built graphs. That it frees memory is measured on 2 ranks in
+(`ort_zero.ort.passes.passthrough_buffers`), on hand-built graphs. That it frees memory is measured on 2 ranks in
 `tests/distributed/test_recompute.py` and `test_zero3_memory.py`.
 """
 
@@ -16,8 +16,8 @@ importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.hooks import passthrough  # noqa: E402
 from ort_zero.ort.graph import MS_DOMAIN, ints_attribute, qualified_name  # noqa: E402
-from ort_zero.ort.passthrough_buffers import plan_passthrough_buffers  # noqa: E402
-from ort_zero.ort.zero3_rewrite import ParamPull  # noqa: E402
+from ort_zero.ort.passes.passthrough_buffers import plan_passthrough_buffers  # noqa: E402
+from ort_zero.ort.passes.zero3_params import ParamPull  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
 
 REUSE = "tensor_reuse_map"

@@ -10,14 +10,19 @@ backward, and ORT can free the gradient at once.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
 import torch
 from onnx import helper
 
-from .graph import make_python_op, onnx_dtype, qualified_name
-from .zero3_rewrite import TRIGGER_NAME
+from ..graph import ints_attribute, make_python_op, onnx_dtype, qualified_name, register_function
+from .base import ExportedGraph, GraphPass
+from .zero3_params import TRIGGER_NAME
+
+logger = logging.getLogger(__name__)
 
 # Parameters reachable from the integer a PythonOp carries (ORT stores non-tensor arguments as scalars).
 _PARAMS: dict[int, torch.nn.Parameter] = {}
@@ -41,8 +46,36 @@ class ParamRetrieval(torch.autograd.Function):
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-        param = _PARAMS[_first_int_scalar(node)]
+        param = _PARAMS[ints_attribute(node, "input_int_scalars")[0]]
         return [list(param.shape)], [onnx_dtype(param.dtype)]
+
+
+@dataclass
+class RetrievedParams:
+    """The parameters that now reach ORT through their own `ParamRetrieval`."""
+
+    retrieved: list[str]
+
+    def log(self) -> None:
+        if self.retrieved:
+            logger.info("ort_zero: memory-efficient gradients for %d parameters", len(self.retrieved))
+
+
+def run(exported: ExportedGraph) -> RetrievedParams:
+    """The pass's entry: for a training export with memory-efficient gradients on, rewrite the parameter inputs."""
+    if not (exported.training and exported.mem_efficient_grads):
+        return RetrievedParams([])
+    named = dict(exported.module.named_parameters())
+    retrieved = rewrite_param_inputs(exported.model, named, list(named))
+    if retrieved:
+        register_function(ParamRetrieval)
+        exported.mem_efficient_order = True
+    exported.removed_inputs += retrieved
+    return RetrievedParams(retrieved)
+
+
+# After zero3_params: ZeRO-3 parameters have left the inputs by then, and the trigger input is shared.
+PASS = GraphPass("mem_efficient_grads", run, needs=frozenset({"zero3_params_from_bridges"}))
 
 
 def rewrite_param_inputs(
@@ -71,10 +104,3 @@ def rewrite_param_inputs(
     for graph_input in chosen:
         graph.input.remove(graph_input)
     return names
-
-
-def _first_int_scalar(node: Any) -> int:
-    for attribute in node.attribute:
-        if attribute.name == "input_int_scalars":
-            return attribute.ints[0]
-    raise RuntimeError(f"ort_zero: PythonOp {node.name} carries no parameter key")

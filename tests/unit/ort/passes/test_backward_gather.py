@@ -16,8 +16,8 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
 from ort_zero.ort.graph import MS_DOMAIN, func_name, qualified_name  # noqa: E402
+from ort_zero.ort.passes.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge  # noqa: E402
 
@@ -121,7 +121,7 @@ def test_a_read_no_module_backward_precedes_keeps_the_forward_copy_and_is_report
     early = helper.make_node("MatMul", ["dy1", "w"], ["early"], "early_read")
     graph = training_graph(key, [early])
 
-    with caplog.at_level(logging.WARNING, logger="ort_zero.ort.backward_gather"):
+    with caplog.at_level(logging.WARNING, logger="ort_zero.ort.passes.backward_gather"):
         report = regather_for_backward(graph)
 
     assert report.kept == ["early_read <- w"]

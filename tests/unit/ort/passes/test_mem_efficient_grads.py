@@ -17,7 +17,7 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.ort.graph import func_name, qualified_name  # noqa: E402
-from ort_zero.ort.mem_grad_rewrite import ParamRetrieval  # noqa: E402
+from ort_zero.ort.passes.mem_efficient_grads import ParamRetrieval  # noqa: E402
 
 EVENTS: list[str] = []
 

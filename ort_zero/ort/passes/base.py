@@ -1,0 +1,53 @@
+"""The one shape of ort_zero's graph passes: a name, what it needs and provides, one entry function, a report.
+
+Two kinds of graph reach the passes: the forward graph ORTModule has just exported (`ExportedGraph`), and ORT's
+complete forward+backward graph before its session exists (`TrainingGraph`). `pipeline.py` orders them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import onnx
+import torch
+
+
+class PassReport(Protocol):
+    """What a pass did to one graph; it says so itself, on its pass's logger (nothing when it did nothing)."""
+
+    def log(self) -> None: ...
+
+
+@dataclass
+class ExportedGraph:
+    """What the export passes share: the exported forward graph, the module it was exported from, and the
+    parameter inputs the passes took out of the graph (ORTModule's input bookkeeping follows them)."""
+
+    model: onnx.ModelProto
+    module: torch.nn.Module
+    training: bool
+    mem_efficient_grads: bool
+    removed_inputs: list[str] = field(default_factory=list)
+    mem_efficient_order: bool = False  # ORTModule should order the graph to free gradients early
+    provided: set[str] = field(default_factory=set)
+
+
+@dataclass
+class TrainingGraph:
+    """What the training-graph passes share: ORT's forward+backward graph, before its session exists."""
+
+    graph: onnx.GraphProto
+    recompute_level: int
+    provided: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    """A pass: `run` edits the graph in place and returns its report; `needs` must be provided by earlier passes."""
+
+    name: str
+    run: Callable[[Any], PassReport]
+    needs: frozenset[str] = frozenset()
+    provides: frozenset[str] = frozenset()

@@ -1,0 +1,50 @@
+"""The one ordered pipeline of ort_zero's graph passes: which run on the exported graph, which on the training graph.
+
+export (ORTModule's post-export processing, per export):
+    zero3_params          ZeRO-3 parameters leave the graph inputs; pre-forward bridges provide them
+    mem_efficient_grads   other trainable parameters get a PythonOp that hands their gradient to PyTorch
+training graph (ORT's graph-optimizer registry, before the session exists):
+    backward_gather       each module's backward reads its parameters gathered again for it
+    recompute             layer-wise recompute at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (and Dropout seeds)
+    passthrough_buffers   ORT's buffer plan alone owns what the pass-through PythonOps return
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import backward_gather, mem_efficient_grads, passthrough_buffers, recompute, zero3_params
+from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
+
+EXPORT_PASSES: tuple[GraphPass, ...] = (zero3_params.PASS, mem_efficient_grads.PASS)
+TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (backward_gather.PASS, recompute.PASS, passthrough_buffers.PASS)
+
+
+def unmet_needs(passes: Sequence[GraphPass]) -> list[str]:
+    """ "pass: need" for every need no earlier pass provides (empty for a well-ordered pipeline)."""
+    provided: set[str] = set()
+    unmet = []
+    for graph_pass in passes:
+        unmet += [f"{graph_pass.name}: {need}" for need in sorted(graph_pass.needs - provided)]
+        provided |= graph_pass.provides
+    return unmet
+
+
+def run_export_passes(graph: ExportedGraph) -> list[PassReport]:
+    return _run(EXPORT_PASSES, graph)
+
+
+def run_training_graph_passes(graph: TrainingGraph) -> list[PassReport]:
+    return _run(TRAINING_GRAPH_PASSES, graph)
+
+
+def _run(passes: Sequence[GraphPass], graph: ExportedGraph | TrainingGraph) -> list[PassReport]:
+    reports = []
+    for graph_pass in passes:
+        if missing := graph_pass.needs - graph.provided:
+            raise RuntimeError(f"ort_zero: graph pass {graph_pass.name} needs {sorted(missing)}, not provided")
+        report = graph_pass.run(graph)
+        report.log()
+        graph.provided |= graph_pass.provides
+        reports.append(report)
+    return reports
