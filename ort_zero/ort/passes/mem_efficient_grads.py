@@ -46,7 +46,10 @@ class ParamRetrieval(torch.autograd.Function):
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-        param = _PARAMS[ints_attribute(node, "input_int_scalars")[0]]
+        keys = ints_attribute(node, "input_int_scalars")
+        if not keys:
+            raise RuntimeError(f"ort_zero: PythonOp {node.name} carries no parameter key")
+        param = _PARAMS[keys[0]]
         return [list(param.shape)], [onnx_dtype(param.dtype)]
 
 
