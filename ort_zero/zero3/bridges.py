@@ -8,12 +8,10 @@ key (see `state.py`) and never run a collective while the model is being traced 
     PreForwardBridge   module inputs        forward: gather params (+ return them full-sized for ORT)
                                             backward: param.backward(grad) for ORT, then release after backward
     PostForwardBridge  module outputs       forward: release params; backward: gather for the module's backward
-    BackwardParamsBridge  (ORT graphs only) after PostForwardBridge's backward: the re-gathered params, for the
-                          module's backward to read instead of the forward's copies
-                          (`ort_zero.ort.passes.backward_gather`)
-    RecomputeStartBridge  (ORT graphs only) where the backward enters a recomputed region: its inputs, passed on
-    RecomputeParamsBridge (ORT graphs only) a module's params gathered for its recomputed forward
-                          (`ort_zero.ort.passes.recompute`)
+
+The bridges that only ORT graphs have live beside the passes that insert them: `BackwardParamsBridge`
+(`ort_zero.ort.passes.backward_gather`), `RecomputeStartBridge` and `RecomputeParamsBridge`
+(`ort_zero.ort.passes.recompute_region`).
 """
 
 from __future__ import annotations
@@ -138,83 +136,6 @@ class PostForwardBridge(torch.autograd.Function):
 
     infer_shape = staticmethod(passthrough.same_shapes)
     alias_input = staticmethod(passthrough.keyed_alias_input)
-
-
-class BackwardParamsBridge(torch.autograd.Function):
-    """Under ORT, before a module's backward: its parameters as gathered again by PostForwardBridge's backward.
-
-    Inserted into ORT's training graph, not traced: its tensor input is one of that backward's outputs, only so
-    that it runs after the gather. The module's backward reads these outputs instead of the forward's copies, which
-    ORT can then free right after the forward, as native ZeRO-3 does.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, key: int, after_gather: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
-        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-        module_state = zero3_state.lookup(key)
-        by_id = {p.ds_id: p for p in zero3_state.fetched_params(module_state.module)}
-        params = [by_id.get(ds_id) for ds_id in ds_ids]
-        missing = [
-            ds_id
-            for ds_id, p in zip(ds_ids, params, strict=True)
-            if p is None or p.ds_status != ZeroParamStatus.AVAILABLE
-        ]
-        if missing:
-            raise RuntimeError(
-                f"ort_zero: the backward of {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) "
-                f"needs parameters {missing}, which DeepSpeed has not gathered for it"
-            )
-        return tuple(p.detach() for p in params)
-
-
-class RecomputeStartBridge(torch.autograd.Function):
-    """Under ORT, where the backward enters a recomputed region: the region's inputs, passed on.
-
-    `key` is the region module's; `after` is an output of the region's PostForwardBridge gradient node, only so that
-    the recomputation (which reads the outputs) runs in the backward, when the region's backward starts, not
-    in the forward.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, key: int, after: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        # Copies, not views: a layer's inputs may share memory (e.g. rotary cos/sin), which ORT's alias maps reject.
-        return tuple(t.clone() for t in tensors)
-
-
-class RecomputeParamsBridge(torch.autograd.Function):
-    """Under ORT, before a module's recomputed forward ops: its parameters gathered again for them.
-
-    Its tensor input is the module's first recomputed input, so that the gather happens when the recomputation
-    reaches the module. The full parameters go to ORT, which frees them after the recomputed ops; DeepSpeed's own
-    state is left as found (what was partitioned is partitioned again at once), as a checkpointed module's
-    recompute forward gathers and releases in native ZeRO-3.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, key: int, after: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
-        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-        module_state = zero3_state.lookup(key)
-        by_id = {p.ds_id: p for p in zero3_state.fetched_params(module_state.module)}
-        params = [by_id[ds_id] for ds_id in ds_ids]
-        _wait_for_prefetch(module_state.offload, params)
-        partitioned = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
-        if partitioned:
-            partitioned[0].all_gather(param_list=partitioned)
-        full = tuple(p.detach() for p in params)  # ORT's references keep the gathered storage alive
-        if partitioned:
-            partitioned[0].partition(param_list=partitioned, has_been_updated=False)
-        return full
-
-
-def _wait_for_prefetch(offload: Any, params: list[torch.nn.Parameter]) -> None:
-    """Finish DeepSpeed's prefetch of any of `params` still in flight (the coordinator keeps the handles in a
-    private registry: deepspeed 0.19.8's PartitionedParameterCoordinator.__inflight_param_registry)."""
-    registry = offload.get_param_coordinator()._PartitionedParameterCoordinator__inflight_param_registry
-    for param in params:
-        if param in registry:
-            registry.pop(param).wait()
 
 
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:

@@ -21,6 +21,7 @@ import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 import torch
@@ -28,7 +29,7 @@ from deepspeed.runtime.zero.partition_parameters import register_external_parame
 from onnx import helper
 
 from ...zero3 import state as zero3_state
-from ...zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge
+from ...zero3.bridges import PostForwardBridge, PreForwardBridge
 from ...zero3.state import fetched_params
 from ..graph import (
     func_name,
@@ -44,6 +45,34 @@ from .training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 logger = logging.getLogger(__name__)
 
 _GRAD_OP = "PythonOpGrad"
+
+
+class BackwardParamsBridge(torch.autograd.Function):
+    """Under ORT, before a module's backward: its parameters as gathered again by PostForwardBridge's backward.
+
+    Inserted into ORT's training graph, not traced: its tensor input is one of that backward's outputs, only so
+    that it runs after the gather. The module's backward reads these outputs instead of the forward's copies, which
+    ORT can then free right after the forward, as native ZeRO-3 does.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, key: int, after_gather: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
+        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+        module_state = zero3_state.lookup(key)
+        by_id = {p.ds_id: p for p in zero3_state.fetched_params(module_state.module)}
+        params = [by_id.get(ds_id) for ds_id in ds_ids]
+        missing = [
+            ds_id
+            for ds_id, p in zip(ds_ids, params, strict=True)
+            if p is None or p.ds_status != ZeroParamStatus.AVAILABLE
+        ]
+        if missing:
+            raise RuntimeError(
+                f"ort_zero: the backward of {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) "
+                f"needs parameters {missing}, which DeepSpeed has not gathered for it"
+            )
+        return tuple(p.detach() for p in params)
 
 
 @dataclass

@@ -28,18 +28,10 @@ import torch
 from onnx import helper
 
 from ...zero3 import state as zero3_state
-from ...zero3.bridges import (
-    PreForwardBridge,
-    RecomputeParamsBridge,
-    RecomputeStartBridge,
-)
-from ..graph import (
-    func_name,
-    qualified_name,
-    register_function,
-)
+from ...zero3.bridges import PreForwardBridge
+from ..graph import func_name, qualified_name, register_function
 from .base import GraphPass, TrainingGraph
-from .recompute_region import RECOMPUTE_SUFFIX, ForwardBridges, Region
+from .recompute_region import RECOMPUTE_SUFFIX, ForwardBridges, RecomputeParamsBridge, RecomputeStartBridge, Region
 from .training_graph import TrainingGraphView
 
 logger = logging.getLogger(__name__)

@@ -17,9 +17,13 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.ort.graph import MS_DOMAIN, func_name, qualified_name  # noqa: E402
-from ort_zero.ort.passes.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
+from ort_zero.ort.passes.backward_gather import (  # noqa: E402
+    BackwardParamsBridge,
+    forward_gathered_reads,
+    regather_for_backward,
+)
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
-from ort_zero.zero3.bridges import BackwardParamsBridge, PostForwardBridge, PreForwardBridge  # noqa: E402
+from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge  # noqa: E402
 
 FLOAT = TensorProto.FLOAT
 

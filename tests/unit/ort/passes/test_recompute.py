@@ -36,14 +36,9 @@ from ort_zero.ort.passes.recompute import (  # noqa: E402
     recompute_regions,
     seed_dropouts,
 )
+from ort_zero.ort.passes.recompute_region import RecomputeParamsBridge, RecomputeStartBridge  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
-from ort_zero.zero3.bridges import (  # noqa: E402
-    PostForwardBridge,
-    PreForwardBridge,
-    RecomputeParamsBridge,
-    RecomputeStartBridge,
-    StepStartBridge,
-)
+from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge  # noqa: E402
 
 FLOAT = TensorProto.FLOAT
 LOGGER = "ort_zero.ort.passes.recompute"
