@@ -36,7 +36,7 @@ def shut_down_distributed() -> None:
 
     A gloo worker thread finishes a collective after the caller has returned from it; when that collective is a
     barrier it then frees earlier collectives' tensors, which takes the GIL. A rank whose interpreter is already
-    finalizing refuses it and aborts with "terminate called without an active exception" (one run in ~40 on torch
+    finalizing refuses it and aborts with "terminate called without an active exception" (one run in ~60 on torch
     2.14, natively too; pytorch#179291). Sleeping with the GIL released lets those threads finish first.
     """
     if not dist.is_initialized():

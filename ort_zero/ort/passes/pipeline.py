@@ -21,7 +21,7 @@ TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (backward_gather.PASS, recompute.
 
 
 def unmet_needs(passes: Sequence[GraphPass]) -> list[str]:
-    """ "pass: need" for every need no earlier pass provides (empty for a well-ordered pipeline)."""
+    """Every need no earlier pass provides, as "pass: need" (empty for a well-ordered pipeline)."""
     provided: set[str] = set()
     unmet = []
     for graph_pass in passes:
