@@ -4,7 +4,6 @@ memory optimizer on (a smaller GPT), the curves must agree too and the report mu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -34,14 +33,12 @@ def test_converge_agrees_and_writes_its_report_and_plot(tmp_path: Path) -> None:
     assert not (tmp_path / "pytorch" / "ort.json").exists(), "the PyTorch side wrote an ORT record"
 
 
-# ort_zero's layer-wise recompute lives there once it exists; until then no ORT run can recompute a ZeRO-3 graph.
-HAS_RECOMPUTE = importlib.util.find_spec("ort_zero.ort.passes.recompute") is not None
 N_LAYER = 2
 
 
 def test_converge_with_the_memory_optimizer_agrees_and_reports_its_recompute(tmp_path: Path) -> None:
     """`--memory-opt-level 1` on a small GPT: recomputing each layer must not change the curve, and the report must
-    say what the ORT run's ort.json says it recomputed (every layer once ort_zero recomputes, else plainly none)."""
+    say what the ORT run's ort.json says it recomputed (every layer)."""
     argv = [
         str(CONSOLE_SCRIPT), "converge", "--memory-opt-level", "1", "--steps", "6", "--timeout", "300",
         "--output-dir", str(tmp_path), "--", "--n-layer", str(N_LAYER), "--d-model", "64", "--seq-len", "32",
@@ -51,11 +48,7 @@ def test_converge_with_the_memory_optimizer_agrees_and_reports_its_recompute(tmp
     assert json.loads((tmp_path / "ort" / "args.json").read_text())["memory_opt_level"] == 1  # the ORT run saw it
     record = json.loads((tmp_path / "ort" / "ort.json").read_text())["training"].get("recompute")
     line = f"ORT run at ORTMODULE_MEMORY_OPT_LEVEL=1, recompute: {describe_recompute(record)}"
-    if HAS_RECOMPUTE:
-        assert recompute_applied(record) and record["level"] == 1, record
-        assert len(record["layers"]) == N_LAYER and all("blocks." in layer for layer in record["layers"]), record
-    else:
-        assert record is None
-        line = f"WARNING: {line}; these curves do not test recompute"
+    assert recompute_applied(record) and record["level"] == 1, record
+    assert len(record["layers"]) == N_LAYER and all("blocks." in layer for layer in record["layers"]), record
     assert f"- {line}\n" in (tmp_path / "report.md").read_text()
     assert f"[converge] {line}\n" in result.stdout
