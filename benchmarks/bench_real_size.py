@@ -8,8 +8,10 @@ Each size is a LLaMA config from `AutoModelForCausalLM.from_config` (vocab 32000
 implementation), AdamW from `ds_configs/zero3_hf_auto.json`, micro-batch 1, seq 128, random token ids, 2 ranks under
 torchrun (OMP_NUM_THREADS=1 each on CPU), everything else as users run it (ORT's CPU arena on). The worker is an
 ordinary Trainer script (`real_size_worker.py`). Per size and rank: the first step (export and session included,
-with ORT's phases), the median step from step 3, the peak RSS, RSS after steps 1, 3 and the last, and how far RSS
-moved from step 3 to the last; losses and grad norms checked equal. A PNG shows RSS over time for both.
+with ORT's phases), the median step from step 3, the peak RSS, RSS after steps 1, 3 and the last, how far RSS
+moved from step 3 to the last, and the same for the live heap (what malloc handed out and did not get back: a leak
+shows there, glibc keeping freed pages does not); losses and grad norms checked equal. A PNG shows RSS over time
+for both.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def run_mode(size: str, mode: str, steps: int, out: Path, timeout: float) -> lis
 def summary(rank: dict[str, Any]) -> dict[str, float]:
     steps = rank["steps"]
     rss = [step["rss_mib"] for step in steps]
+    live = [step["malloced_mib"] for step in steps]
     return {
         "first_step_s": steps[0]["seconds"],
         "median_step_s": statistics.median(step["seconds"] for step in steps[2:]),
@@ -64,6 +67,8 @@ def summary(rank: dict[str, Any]) -> dict[str, float]:
         "rss_step3_mib": rss[min(2, len(rss) - 1)],
         "rss_last_mib": rss[-1],
         "rss_drift_pct": 100 * (rss[-1] - rss[min(2, len(rss) - 1)]) / rss[min(2, len(rss) - 1)],
+        "live_last_mib": live[-1],
+        "live_drift_pct": 100 * (live[-1] - live[min(2, len(live) - 1)]) / live[min(2, len(live) - 1)],
     }
 
 
@@ -75,6 +80,8 @@ ROWS = [
     ("RSS after step 3 (MiB)", "rss_step3_mib", "{:.0f}"),
     ("RSS after the last step (MiB)", "rss_last_mib", "{:.0f}"),
     ("RSS from step 3 to the last (%)", "rss_drift_pct", "{:+.1f}"),
+    ("live heap after the last step (MiB)", "live_last_mib", "{:.0f}"),
+    ("live heap from step 3 to the last (%)", "live_drift_pct", "{:+.1f}"),
 ]
 
 
@@ -90,7 +97,7 @@ def table(size: str, runs: dict[str, list[dict[str, Any]]]) -> str:
     ]
     for label, key, fmt in ROWS:
         cells = [" / ".join(fmt.format(rank[key]) for rank in side) for side in (native, ort)]
-        ratio = "" if key == "rss_drift_pct" else " / ".join(
+        ratio = "" if key.endswith("_drift_pct") else " / ".join(
             f"{o[key] / n[key]:.2f}x" for n, o in zip(native, ort, strict=True)
         )  # fmt: skip
         lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")

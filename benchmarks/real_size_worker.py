@@ -3,13 +3,15 @@
 A LLaMA-shaped causal LM from config (vocab 32000, the attention implementation transformers picks), random token
 ids with an all-ones attention mask, micro-batch 1, AdamW from the project's ZeRO-3 config; `transformers.Trainer`
 (native DeepSpeed ZeRO-3) or `ORTZeroTrainer` (the one line a user changes). Writes `<out>/<mode>-rank<R>.json`: per
-step its wall time, loss, grad norm and the RSS at its end; RSS sampled every 50 ms (for the plot); the process's
-peak RSS; under ORT, ORT's first-step phases (export, graph builder, graph build, session creation).
+step its wall time, loss, grad norm, the RSS and the live heap at its end; RSS sampled every 50 ms (for the plot); the
+process's peak RSS; under ORT, ORT's first-step phases (export, graph builder, graph build, session creation).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import os
 import resource
@@ -25,6 +27,22 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 def rss_mib() -> float:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * PAGE / 2**20
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
+                "fordblks keepcost".split()]  # fmt: skip
+
+
+def malloced_mib() -> float | None:
+    """MiB malloc has handed out and not had back after a garbage collection (glibc's mallinfo2); None elsewhere."""
+    mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if mallinfo2 is None:
+        return None
+    mallinfo2.restype = _Mallinfo2
+    gc.collect()
+    info = mallinfo2()
+    return (info.uordblks + info.hblkhd) / 2**20
 
 
 class RssSampler(threading.Thread):
@@ -92,7 +110,8 @@ def main() -> None:
             self.began = time.perf_counter()
 
         def on_step_end(self, *_: Any, **__: Any) -> None:
-            self.steps.append({"seconds": time.perf_counter() - self.began, "rss_mib": rss_mib()})
+            seconds, rss = time.perf_counter() - self.began, rss_mib()
+            self.steps.append({"seconds": seconds, "rss_mib": rss, "malloced_mib": malloced_mib()})
 
     import deepspeed
 

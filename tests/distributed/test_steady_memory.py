@@ -7,6 +7,11 @@ ORT's median within 1.25x of native's. Before ORT training sessions returned the
 backward it was 1.76x (ORT leaves more freed memory in glibc's heap than PyTorch does); with it, 0.98-1.16x in
 runs on a loaded machine: at this size where the optimizer's temporaries land in the heap moves the median by up to
 15% from run to run. At the sizes people train the benchmark has ORT at 0.75-0.96x (docs/benchmarks.md, issue 22).
+
+Nothing accumulates from step to step: the live heap (what malloc handed out and did not get back, after a garbage
+collection) rises by at most 1% from step 3 to the last (measured: 637 -> 640 MiB over 25 steps, native 469 -> 472).
+RSS cannot tell: glibc keeps a varying share of the freed heap, so RSS after a step moves by +-5% from step to step in
+both modes, and a median of three steps rose by 5.5% under ORT in a CI run and by 4-7% natively in runs here.
 """
 
 from __future__ import annotations
@@ -45,7 +50,6 @@ def test_ort_holds_no_more_than_native_between_steps(tmp_path: Path) -> None:
     assert ort_ranks[0]["ort_phases"].get("session creation") is not None, "ORT built no session"
     ratio = statistics.median(ort) / statistics.median(native)
     assert ratio <= 1.25, f"ORT holds {ratio:.2f}x native between steps: ORT {ort}, native {native} MiB"
-    for rank in ort_ranks:  # a leak lifts the last steps' median; one step's allocator spike (+6% seen) does not
-        rss = [step["rss_mib"] for step in rank["steps"]]
-        grown = statistics.median(rss[-3:]) / statistics.median(rss[2:5])
-        assert grown <= 1.05, f"rank {rank['rank']}: RSS grows step by step: {rss}"
+    for rank in ort_ranks:
+        live = [step["malloced_mib"] for step in rank["steps"]]
+        assert live[-1] <= 1.01 * live[2], f"rank {rank['rank']}: the live heap grows step by step: {live} MiB"
