@@ -60,16 +60,9 @@ class RssSampler(threading.Thread):
 
 def ort_phases(model: Any) -> dict[str, float]:
     """Seconds ORT spent in each phase of its first training step (its own TimeTracker)."""
-    from onnxruntime.training.ortmodule._logger import ORTModuleInitPhase, TimeTracker
+    from ort_zero.foreign import ortmodule
 
-    module = getattr(model, "module", model)
-    tracker = module._torch_module._execution_manager(True).time_tracker
-    phases = {}
-    for phase in ORTModuleInitPhase:
-        start, end = tracker.starts_[phase], tracker.ends_[phase]
-        if TimeTracker.NOT_RECORD not in (start, end):
-            phases[phase.to_string()] = round(end - start, 3)
-    return phases
+    return ortmodule.first_step_phases(getattr(model, "module", model))
 
 
 def main() -> None:

@@ -53,18 +53,18 @@ else
 fi
 
 # GPU hosts: onnxruntime-training is a CUDA 11.8 build, torch a CUDA 12 one; `import ort_zero` preloads these.
-if "$VENV/bin/python" -c 'import sys; from ort_zero.ort.cuda_libraries import wanted; sys.exit(0 if wanted() else 1)'; then
-    "$VENV/bin/python" -m ort_zero.ort.cuda_libraries check 2>/dev/null \
-        || "$VENV/bin/python" -m ort_zero.ort.cuda_libraries install \
+if "$VENV/bin/python" -c 'import sys; from ort_zero.stack.cuda_libraries import wanted; sys.exit(0 if wanted() else 1)'; then
+    "$VENV/bin/python" -m ort_zero.stack.cuda_libraries check 2>/dev/null \
+        || "$VENV/bin/python" -m ort_zero.stack.cuda_libraries install \
         || die "the CUDA 11 libraries for ORT's CUDA provider could not be installed (output above)."
 fi
 
 # Builds only what is missing; the build is cached in ~/.cache/ort_zero keyed on torch/ORT versions.
-"$VENV/bin/python" -m ort_zero.ort.extensions ensure \
+"$VENV/bin/python" -m ort_zero.stack.extensions ensure \
     || die "ORTModule's torch C++ extensions could not be built (output above). Run '$VENV/bin/ort-zero doctor'."
 SMOKED="$VENV/.ort_zero-smoke-passed"
 if [ ! -f "$SMOKED" ] || [ "$(cat "$SMOKED")" != "$(pins_hash)" ]; then
-    "$VENV/bin/python" -m ort_zero.ort.extensions smoke \
+    "$VENV/bin/python" -m ort_zero.stack.extensions smoke \
         || die "ORTModule smoke test failed with fallback disabled. Run '$VENV/bin/ort-zero doctor'."
     pins_hash > "$SMOKED"
 fi

@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import patches
 from .api import disable_zero3, enable_from_environment, enable_mem_efficient_grads, enable_zero3, is_zero3_enabled
 from .ort.console import quiet_imports
-from .ort.cuda_libraries import make_findable
+from .stack.cuda_libraries import make_findable
 
 __version__ = "0.1.0"
 __all__ = ["disable_zero3", "enable_mem_efficient_grads", "enable_zero3", "is_zero3_enabled"]

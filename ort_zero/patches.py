@@ -1,15 +1,20 @@
 """The one registry of symbols ort_zero replaces in DeepSpeed and ONNX Runtime.
 
-Every monkey patch in the package is declared here with what it replaces, why, and for which versions; nothing else
-in ort_zero assigns to another package's attributes. How patches are applied and reverted (by name, in groups,
-restoring the original object exactly) is `ort_zero.patching`; its API is used through this module.
+Every monkey patch in the package is declared here with what it replaces, why, and for which versions. The only
+other code in ort_zero that reads another package's private names or writes into its objects is `ort_zero.foreign`,
+one module per package (tests/unit/foreign checks that nothing else reaches). How patches are applied and reverted
+(by name, in groups, restoring the original object exactly) is `ort_zero.patching`; its API is used through this
+module.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
+from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS
+from .ort import console, export_context, torch_compat
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
     UnsupportedVersionError,
@@ -21,24 +26,33 @@ from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.pat
     registered,
     revert_group,
 )
+from .stack.cuda_provider import cuda_provider_required
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The declarations. Replacement factories import their code lazily, so importing this module imports neither
-# DeepSpeed nor ONNX Runtime.
-
-DEEPSPEED_VERSIONS = ">=0.19.8,<0.20"
-ORT_VERSIONS = "==1.19.2"
-TORCH_VERSIONS = ">=2.13,<2.16"  # what ort_zero builds ORT 1.19.2's torch extensions for (ort/extension_sources.py)
+# The declarations. Factories whose code needs DeepSpeed or ONNX Runtime are `_deferred`: importing this module imports
+# neither. Every factory is referenced by its name in code, never looked up by a string, and
+# tests/unit/test_patches.py builds every replacement against the installed stack, so a rename fails there.
 
 
-def _torch_compat(factory_name: str, *args: str) -> Callable[[Any], Any]:
+def _deferred(load: Callable[[], Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    """A replacement factory imported when its patch applies: `load` returns it."""
+
     def make(replaced: Any) -> Any:
-        from .ort import torch_compat
-
-        factory = getattr(torch_compat, factory_name)
-        return factory(*args)(replaced) if args else factory(replaced)
+        return load()(replaced)
 
     return make
+
+
+def _integration() -> Any:
+    from .ort import integration
+
+    return integration
+
+
+def _checkpointing() -> Any:
+    from .zero3 import checkpointing
+
+    return checkpointing
 
 
 # ORTModule 1.19.2 on today's torch: applied when ort_zero is imported, since ORTModule cannot even be imported
@@ -47,13 +61,13 @@ _TS_MOVED = "torch >= 2.9 moved the TorchScript exporter's private modules under
     "torchscript_exporter; ORTModule imports them from the old place"
 )
 for _name, _owner, _attribute, _replacement in [
-    ("torch.onnx.jit_utils", "torch.onnx._internal", "jit_utils", _torch_compat("moved_module", "jit_utils")),
-    ("torch.onnx._globals", "torch.onnx", "_globals", _torch_compat("moved_module", "_globals")),
-    ("torch.onnx._type_utils", "torch.onnx", "_type_utils", _torch_compat("moved_module", "_type_utils")),
+    ("torch.onnx.jit_utils", "torch.onnx._internal", "jit_utils", torch_compat.moved_module("jit_utils")),
+    ("torch.onnx._globals", "torch.onnx", "_globals", torch_compat.moved_module("_globals")),
+    ("torch.onnx._type_utils", "torch.onnx", "_type_utils", torch_compat.moved_module("_type_utils")),
     ("torch.onnx.symbolic_opset9._convolution", "torch.onnx.symbolic_opset9", "_convolution",
-     _torch_compat("moved_function", "symbolic_opset9", "_convolution")),
+     torch_compat.moved_function("symbolic_opset9", "_convolution")),
     ("torch.onnx.symbolic_opset9._convolution_mode", "torch.onnx.symbolic_opset9", "_convolution_mode",
-     _torch_compat("moved_function", "symbolic_opset9", "_convolution_mode")),
+     torch_compat.moved_function("symbolic_opset9", "_convolution_mode")),
 ]:  # fmt: skip
     register(
         Patch(_name, _owner, _attribute, "torch", TORCH_VERSIONS, _TS_MOVED, _replacement, adds=True),
@@ -70,13 +84,13 @@ register(
         reason="torch >= 2.9 exports with dynamo by default, which makes no PythonOps, and ORT does not pass "
         "dynamo=False: called from ONNX Runtime's own modules, dynamo is off unless asked for; every other "
         "caller keeps torch's default.",
-        make_replacement=_torch_compat("torchscript_export_for_ort"),
+        make_replacement=torch_compat.torchscript_export_for_ort,
     ),
     group="torch_onnx",
 )
 
 
-def _zero3_setup_hooks(original_method: Any) -> Any:
+def _zero3_setup_hooks(_deepspeeds: Any) -> Any:
     from .zero3.install import setup_zero_stage3_hooks
 
     return setup_zero_stage3_hooks
@@ -101,24 +115,9 @@ _GTM = "onnxruntime.training.ortmodule._graph_transition_manager"
 _IO = "onnxruntime.training.ortmodule._io"
 
 
-def _ort(factory_name: str) -> Callable[[Any], Any]:
-    def make(replaced: Any) -> Any:
-        from .ort import integration
-
-        return getattr(integration, factory_name)(replaced)
-
-    return make
-
-
-def _ort_export(factory_name: str) -> Callable[[Any], Any]:
-    """For the replacements that run around an export: they apply the "ort_export" group while it lasts."""
-
-    def make(replaced: Any) -> Any:
-        from .ort import integration
-
-        return getattr(integration, factory_name)(replaced, during_export=lambda: applied("ort_export"))
-
-    return make
+def _during_export() -> Any:
+    """What the replacements that run around an export enter: the "ort_export" group, applied while it lasts."""
+    return applied("ort_export")
 
 
 for _name, _owner, _attribute, _factory, _reason in [
@@ -126,7 +125,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort.configure_ort_compatible_zero_stage3",
         "onnxruntime.training.utils.hooks",
         "configure_ort_compatible_zero_stage3",
-        "configure_hooks",
+        _deferred(lambda: _integration().configure_hooks),
         "ORTModule calls it when ORTMODULE_ENABLE_ZERO_STAGE3=1; it fails on DeepSpeed >= 0.14 (rebinds closures "
         "DeepSpeed renamed). ort_zero's subscriber replaces it.",
     ),
@@ -134,7 +133,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort.stage3_export_context",
         _GTM,
         "stage3_export_context",
-        _ort_export("export_context"),
+        _deferred(lambda: functools.partial(_integration().export_context, during_export=_during_export)),
         "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
         "full-sized stand-ins for partitioned parameters without running collectives.",
     ),
@@ -142,21 +141,21 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort.parse_outputs_for_onnx_export_and_extract_schema",
         _IO,
         "parse_outputs_for_onnx_export_and_extract_schema",
-        _ort_export("schema_forward"),
+        _deferred(lambda: functools.partial(_integration().schema_forward, during_export=_during_export)),
         "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
     ),
     (
         "ort.can_module_be_deep_cloned",
         _IO,
         "can_module_be_deep_cloned",
-        "deep_clone_check",
+        _deferred(lambda: _integration().deep_clone_check),
         "deep copies of ZeRO-3 parameters lose ds_* attributes and break the hooks.",
     ),
     (
         "ort.post_export_process",
         f"{_GTM}:GraphTransitionManager",
         "_post_export_process",
-        "post_export_process",
+        _deferred(lambda: _integration().post_export_process),
         "ORT's stage-3 rewrite leaves removed parameters in ORTModule's input lists and never feeds the trigger; "
         "ort_zero runs its own passes and keeps the lists in step.",
     ),
@@ -164,7 +163,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort.loud_fallback",
         "onnxruntime.training.ortmodule._fallback:_FallbackManager",
         "fallback",
-        "loud_fallback",
+        _deferred(lambda: _integration().loud_fallback),
         "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
         "ort_zero announces it on every rank.",
     ),
@@ -172,7 +171,7 @@ for _name, _owner, _attribute, _factory, _reason in [
         "ort.session_options",
         "onnxruntime.training.ortmodule._graph_execution_manager:GraphExecutionManager",
         "_get_session_config",
-        "session_options",
+        _deferred(lambda: _integration().session_options),
         "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
         "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
         "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
@@ -186,7 +185,7 @@ for _name, _owner, _attribute, _factory, _reason in [
             distribution="onnxruntime-training",
             versions=ORT_VERSIONS,
             reason=_reason,
-            make_replacement=_factory if callable(_factory) else _ort(_factory),
+            make_replacement=_factory,
         ),
         group="ort",
     )
@@ -220,12 +219,6 @@ register(
 )
 
 
-def _shape_inference_without_stand_ins(replaced: Any) -> Any:
-    from .ort.export_context import shape_inference_without_stand_ins
-
-    return shape_inference_without_stand_ins(replaced)
-
-
 register(
     Patch(
         name="torch.onnx_shape_inference_without_stand_ins",
@@ -237,19 +230,10 @@ register(
         "copy of each as a constant value: for a ZeRO-3 export, whose parameters are stand-ins that cost no memory, "
         "the whole model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but "
         "the stand-ins (their shapes are in the graph's input types).",
-        make_replacement=_shape_inference_without_stand_ins,
+        make_replacement=export_context.shape_inference_without_stand_ins,
     ),
     group="ort_export",
 )
-
-
-def _checkpoint_policy(factory_name: str) -> Callable[[Any], Any]:
-    def make(replaced: Any) -> Any:
-        from .zero3 import checkpointing
-
-        return getattr(checkpointing, factory_name)(replaced)
-
-    return make
 
 
 # Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
@@ -258,51 +242,36 @@ _POLICY += "layer-wise recompute does its job), and stops the run with one line 
 _CHECKPOINTS = "deepspeed.runtime.activation_checkpointing.checkpointing"
 for _name, _owner, _attribute, _distribution, _versions, _reason, _replacement, _group in [
     ("torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply", "torch", TORCH_VERSIONS,
-     "every reentrant call arrives here, however checkpoint was bound", _checkpoint_policy("torch_checkpoint_apply"),
-     "ort_export"),
+     "every reentrant call arrives here, however checkpoint was bound",
+     _deferred(lambda: _checkpointing().torch_checkpoint_apply), "ort_export"),
     ("deepspeed.checkpoint_in_export", f"{_CHECKPOINTS}:CheckpointFunction", "apply", "deepspeed", DEEPSPEED_VERSIONS,
-     "every call arrives here, however checkpoint was bound", _checkpoint_policy("deepspeed_checkpoint_apply"),
-     "ort_export"),
+     "every call arrives here, however checkpoint was bound",
+     _deferred(lambda: _checkpointing().deepspeed_checkpoint_apply), "ort_export"),
     ("ort.checkpoint_wrappers_in_export", "onnxruntime.training.ortmodule", "ORTMODULE_ONNX_EXPORT_CONTEXT",
      "onnxruntime-training", ORT_VERSIONS, "ORT's checkpoint wrappers run the function (and print) at level 1 while "
      "this flag says an export runs; a fresh [False] (read nowhere else) makes them hand every call on",
      lambda replaced: [False], "ort_export"),
     ("ort.checkpoint_announcement", f"{_GTM}:GraphTransitionManager", "_export_model", "onnxruntime-training",
      ORT_VERSIONS, "ORT captures what is printed while it exports and shows it on rank 0 only: the announcement "
-     "comes after the export", _checkpoint_policy("announcing_after"), "ort"),
+     "comes after the export", _deferred(lambda: _checkpointing().announcing_after), "ort"),
 ]:  # fmt: skip
     register(Patch(_name, _owner, _attribute, _distribution, _versions, _POLICY + _reason, _replacement), _group)
 
 
-def _console(factory_name: str) -> Callable[[Any], Any]:
-    def make(replaced: Any) -> Any:
-        from .ort import console
-
-        return getattr(console, factory_name)(replaced)
-
-    return make
-
-
 # What ORTModule prints (why each line goes: ort_zero/ort/console.py).
 for _name, _owner, _attribute, _factory, _reason in [
-    ("ort.quiet_logger", "onnxruntime.training.ortmodule.ortmodule", "configure_ortmodule_logger", "quiet_logger",
+    ("ort.quiet_logger", "onnxruntime.training.ortmodule.ortmodule", "configure_ortmodule_logger", console.quiet_logger,
      "ORT warns on every ZeRO-3 export that the user asked not to deep-copy the model (ort_zero skips the copy on "
      "purpose) and prints its captured export log at warning level: the first goes, the second is DEBUG"),
     ("ort.feature_table", "onnxruntime.training.ortmodule._graph_execution_manager:GraphExecutionManager",
-     "_log_feature_stats", "feature_table_unless_zero3",
+     "_log_feature_stats", console.feature_table_unless_zero3,
      "ORT's feature table says 'ZeRO Stage3 Support: OFF' and names ORT's memory optimizer while ort_zero runs "
      "ZeRO-3 and its own recompute: not shown for a ZeRO-3 model"),
 ]:  # fmt: skip
     register(
-        Patch(_name, _owner, _attribute, "onnxruntime-training", ORT_VERSIONS, _reason, _console(_factory)),
+        Patch(_name, _owner, _attribute, "onnxruntime-training", ORT_VERSIONS, _reason, _factory),
         group="ort",
     )
-
-
-def _optimize_all_then_regather(replaced: Any) -> Any:
-    from .ort import integration
-
-    return integration.graph_optimizers(replaced)
 
 
 register(
@@ -316,7 +285,7 @@ register(
         "ort_zero's pass makes each module's backward read parameters gathered again for it instead of the "
         "forward's copies (ZeRO-3 memory). ORT's registry has no way to remove a registered optimizer, so it is "
         "wrapped rather than registered, which keeps the patch reversible.",
-        make_replacement=_optimize_all_then_regather,
+        make_replacement=_deferred(lambda: _integration().graph_optimizers),
     ),
     group="ort",
 )
@@ -343,17 +312,9 @@ register(
 )
 
 
-def _cuda_provider_required(replaced: Any) -> Any:
-    from .ort.cuda_provider import cuda_provider_required
-
-    return cuda_provider_required(replaced)
-
-
 def _training_execution_agent(replaced: Any) -> Any:
-    from .ort.cuda_provider import cuda_provider_required
-    from .ort.integration import footprint_trimmed, zero3_memory_optimizer_off
-
-    return cuda_provider_required(footprint_trimmed(zero3_memory_optimizer_off(replaced)))
+    integration = _integration()
+    return cuda_provider_required(integration.footprint_trimmed(integration.zero3_memory_optimizer_off(replaced)))
 
 
 _CUDA_REASON = (
@@ -371,7 +332,7 @@ for _manager, _factory, _reason in [
         "protobufs and the session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 "
         "blocks).",
     ),
-    ("_inference_manager:InferenceManager", _cuda_provider_required, _CUDA_REASON),
+    ("_inference_manager:InferenceManager", cuda_provider_required, _CUDA_REASON),
 ]:
     register(
         Patch(

@@ -44,6 +44,14 @@ class Patch:
             owner = getattr(owner, part)
         return owner
 
+    def current(self) -> Any:
+        """What applying the patch replaces now: the owner's own attribute as stored (a staticmethod as such), else
+        the inherited one, else None for a patch that adds the attribute."""
+        owner = self.owner()
+        if self.attribute in vars(owner):
+            return vars(owner)[self.attribute]
+        return getattr(owner, self.attribute, None) if self.adds else getattr(owner, self.attribute)
+
     def check_version(self) -> None:
         installed = Version(installed_version(self.distribution))
         if installed not in SpecifierSet(self.versions):
@@ -139,10 +147,7 @@ def registered() -> list[Patch]:
 def _apply(patch: Patch) -> None:
     owner = patch.owner()
     patch.owned = patch.attribute in vars(owner)
-    if patch.owned:
-        patch.original = vars(owner)[patch.attribute]
-    else:
-        patch.original = getattr(owner, patch.attribute, None) if patch.adds else getattr(owner, patch.attribute)
+    patch.original = patch.current()
     setattr(owner, patch.attribute, patch.make_replacement(patch.original))
     patch.applied = True
     logger.debug("ort_zero: patched %s.%s (%s)", patch.owner_path, patch.attribute, patch.name)

@@ -118,7 +118,7 @@ def torch_line(report: Report, requirements: dict[str, Requirement]) -> str:
 def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:
     import onnxruntime
 
-    from ort_zero.ort import extensions
+    from ort_zero.stack import extensions
 
     version = check_pin(report, requirements, "onnxruntime-training")
     parts = [f"{version} (onnxruntime {onnxruntime.__version__})"]
@@ -137,10 +137,11 @@ def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:
 
 def deepspeed_line(report: Report, requirements: dict[str, Requirement]) -> str:
     import torch
-    from deepspeed.accelerator import get_accelerator
+
+    from ort_zero.foreign import deepspeed as ds_internals
 
     version = check_pin(report, requirements, "deepspeed")
-    accelerator = get_accelerator()._name
+    accelerator = ds_internals.accelerator_name()
     chosen = f"DS_ACCELERATOR={os.environ['DS_ACCELERATOR']}" if "DS_ACCELERATOR" in os.environ else "auto-detected"
     if accelerator == "cuda" and not torch.cuda.is_available():
         report.problem("DeepSpeed picked the cuda accelerator but CUDA is not usable: set DS_ACCELERATOR=cpu")
@@ -164,7 +165,7 @@ def mpi_line(report: Report, requirements: dict[str, Requirement]) -> str:
 def cuda_lines(report: Report) -> list[str]:
     """GPU hosts: driver, every library ORT's CUDA provider needs and where it resolves, the GPU allocator extension,
     and on a GPU a one-node ORT session that must run on the CUDA provider."""
-    from ort_zero.ort import cuda_libraries, extensions
+    from ort_zero.stack import cuda_libraries, extensions
 
     fix = cuda_libraries.INSTALL_COMMAND
     if not cuda_libraries.wanted():
@@ -207,7 +208,7 @@ def print_cuda_session_providers() -> None:
     import onnxruntime
     from onnx import TensorProto, helper
 
-    from ort_zero.ort.cuda_provider import CUDA_PROVIDER, require_cuda_provider
+    from ort_zero.stack.cuda_provider import CUDA_PROVIDER, require_cuda_provider
 
     vector = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [4]) for name in ("x", "y")]
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", vector[:1], vector[1:])
@@ -241,7 +242,7 @@ def build_line(report: Report, flavour: str) -> str:
     """Which torch the extensions were built against, with how many of ort_zero's source edits."""
     import torch
 
-    from ort_zero.ort import extensions
+    from ort_zero.stack import extensions
 
     record = extensions.build_record(flavour)
     if record is None:

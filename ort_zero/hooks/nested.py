@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
+
+from ..foreign.torch import pytree
 
 
 @dataclasses.dataclass(frozen=True)

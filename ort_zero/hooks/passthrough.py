@@ -4,8 +4,8 @@ ort_zero's Functions (ZeRO-3 bridges, statistics recorders) return their tensor 
 side effect. Exported by ORTModule they become PythonOps, which imposes rules kept here in one place: outputs are
 new tensor objects, every input that wants a gradient gets one (ORT's gradient Sum nodes fail on a missing one, so
 an output that got no gradient contributes zeros), and ORT's shape inference is told that outputs have the inputs'
-shapes and types. ORT is also told which outputs share their input's memory (`alias_maps`), so that it plans them
-in the input's buffer instead of copying each one at every module boundary.
+shapes and types (`ort_zero.python_op`). ORT is also told which outputs share their input's memory, so that it plans
+them in the input's buffer instead of copying each one at every module boundary.
 
 Who owns that memory differs between PyTorch and ORT. In PyTorch an output is a view that keeps its input's memory
 alive, as any view does. In an ORT training graph ORT's buffer plan must be the only owner: ORT frees a buffer after
@@ -21,13 +21,9 @@ from typing import Any
 
 import torch
 
+from ..foreign import torch as torch_internals
+from ..python_op import alias_maps, function_name
 from .export_mode import is_exporting
-
-
-def function_name(cls: type) -> str:
-    """The name ORT's exporter stores in a PythonOp's `func_name` for an autograd Function."""
-    return f"{cls.__module__}.{cls.__qualname__}"
-
 
 # Set by `ort_zero.ort.passes.passthrough_buffers` from ORT's plan of a training graph, per PythonOp (Function name,
 # integer arguments): whose outputs ORT plans in their inputs' buffers (they return borrowed views), whose it plans in
@@ -59,7 +55,7 @@ def borrowed(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.numel() == 0:
         return tensor.detach()
     storage = tensor.untyped_storage()
-    unowned = torch._C._construct_storage_from_data_pointer(storage.data_ptr(), tensor.device, storage.nbytes())
+    unowned = torch_internals.unowned_storage(storage.data_ptr(), tensor.device, storage.nbytes())
     view = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     return view.set_(unowned, tensor.storage_offset(), tensor.size(), tensor.stride())
 
@@ -103,7 +99,7 @@ def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.
 
 # The shared parts of the Functions applied as `apply(key, *tensors)` that return their tensors and act by side
 # effect (ORT registers only direct subclasses of torch.autograd.Function, so they share functions, not a base):
-#     backward = staticmethod(keyed_backward); infer_shape = staticmethod(same_shapes)
+#     backward = staticmethod(keyed_backward); infer_shape = staticmethod(python_op.same_shapes)
 #     alias_input = staticmethod(keyed_alias_input)
 #     forward ends in `return passed_through(ctx, TheFunction, (key,), tensors)`
 
@@ -115,27 +111,3 @@ def keyed_backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
 
 def keyed_alias_input(node_proto: bytes) -> tuple[list, list]:
     return alias_maps(node_proto, non_tensor_inputs=1)
-
-
-def same_shapes(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-    """ORT shape inference for a pass-through PythonOp: outputs as inputs."""
-    return shapes, dtypes
-
-
-def alias_maps(node_proto: bytes, non_tensor_inputs: int, passed_through: int | None = None) -> tuple[list, list]:
-    """ORT input-alias maps for a PythonOp whose first `passed_through` tensor outputs are views of its first tensor
-    inputs (all of them when None), so that ORT plans them in their inputs' buffers instead of copying each one.
-
-    Forward map: one entry per output (ORT's context output excluded), the index of the argument it shares memory
-    with among all `forward` arguments (non-tensor ones first, as in the signature), or -1. Backward map: all -1
-    here; which output gradients exist is known only in the gradient graph, where
-    `ort_zero.ort.passes.passthrough_buffers` plans each passed-through gradient in its output gradient's buffer.
-    """
-    import onnx
-
-    node = onnx.NodeProto()
-    node.ParseFromString(node_proto)
-    outputs, tensor_inputs = len(node.output) - 1, len(node.input)
-    through = min(outputs, tensor_inputs) if passed_through is None else passed_through
-    forward = [non_tensor_inputs + i if i < through else -1 for i in range(outputs)]
-    return forward, [-1] * (non_tensor_inputs + tensor_inputs)

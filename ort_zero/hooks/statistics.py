@@ -27,16 +27,10 @@ from typing import Any
 
 import torch
 
+from ..python_op import alias_maps, same_shapes
 from .export_mode import is_exporting
 from .nested import flatten
-from .passthrough import (
-    alias_maps,
-    input_grads,
-    keyed_alias_input,
-    keyed_backward,
-    passed_through,
-    same_shapes,
-)
+from .passthrough import input_grads, keyed_alias_input, keyed_backward, passed_through
 from .subscriber import RunContext, SubscriberBase
 
 ROOT_NAME = "(root)"

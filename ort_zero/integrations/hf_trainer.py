@@ -25,6 +25,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from .. import api, settings
+from ..foreign import accelerate as accelerate_internals
 from ..zero3 import checkpointing
 
 
@@ -103,12 +104,7 @@ class ORTZeroTrainer(Trainer):
     def create_accelerator_and_postprocess(self) -> None:
         """The Trainer's own accelerator, whose `prepare` gets the ORTModule in place of `trainer.model`."""
         super().create_accelerator_and_postprocess()
-        prepare = self.accelerator.prepare
-
-        def prepare_in_ort(*objects: Any, **kwargs: Any) -> Any:
-            return prepare(*(self._in_ort(o) if o is self.model else o for o in objects), **kwargs)
-
-        self.accelerator.prepare = prepare_in_ort
+        accelerate_internals.prepare_through(self.accelerator, lambda o: self._in_ort(o) if o is self.model else o)
 
     @staticmethod
     def _in_ort(model: torch.nn.Module) -> torch.nn.Module:

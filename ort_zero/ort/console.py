@@ -16,12 +16,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ..foreign import ortmodule
+
 # ORT's own phrases, matched in the records of its logger.
 NOT_DEEP_COPIED = "Since the user requested not to deep copy this model"
 CAPTURED_LOG = "Filtered logs ("
 FAST_PATH = "Fast path enabled - skipping checks"  # ORT's default since 1.16, said once per graph
 # torch.utils.cpp_extension says so whenever ORT loads its extensions on a machine without CUDA; onnxruntime says
-# so at import on any machine without CUDA. ort_zero checks ORT's CUDA provider itself (ort/cuda_provider.py).
+# so at import on any machine without CUDA. ort_zero checks ORT's CUDA provider itself (stack/cuda_provider.py).
 NO_CUDA_RUNTIME = "No CUDA runtime is found"
 NO_CUDART_VERSION = "failed to get cudart_version from onnxruntime build info"
 
@@ -74,9 +76,9 @@ def feature_table_unless_zero3(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def _log_feature_stats(self: Any) -> None:
-        if not is_zero3_module(self._flattened_module):
+        if not is_zero3_module(ortmodule.flattened_module(self)):
             return original(self)
-        self._logger.info(
+        ortmodule.manager_logger(self).info(
             "ort_zero: ORT's feature table is not shown for a ZeRO-3 model (its ZeRO Stage3 and Memory Optimizer rows "
             "describe ORT's own code, which ort_zero replaces); what ran: ort_zero.ort.inspection.ort_run_record"
         )

@@ -23,6 +23,7 @@ from typing import Any
 import onnx
 
 from .. import settings
+from ..foreign import ortmodule
 
 
 def compacted(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -39,20 +40,7 @@ def trim_training_manager(manager: Any) -> None:
     `_build_graph`). The graphs it compares and rebuilds from stay, compacted. The session's copy of the model bytes
     goes: ORT keeps it to rebuild an inference session after a provider failure, which a training agent never does.
     """
-    manager._graph_builder = None
-    models = manager._onnx_models
-    if models.optimized_model is not None:
-        models.optimized_model = compacted(models.optimized_model)
-    transitions = manager._graph_transition_manager
-    exported = transitions._exported_model_info
-    if exported is not None and exported.exported_model is not None:
-        exported.exported_model = compacted(exported.exported_model)
-    processed = transitions._post_export_processed_model_info
-    if processed is not None and processed._post_export_processed_model is not None:
-        processed._post_export_processed_model = compacted(processed._post_export_processed_model)
-    session = getattr(manager._execution_agent, "_inference_session", None)
-    if session is not None:
-        session._model_bytes = None
+    ortmodule.release_kept(manager, compacted)
     return_freed_heap()
 
 
@@ -70,7 +58,8 @@ def trimmed_after_backward(run_backward: Any) -> Any:
     @functools.wraps(run_backward)
     def run_backward_then_trim(self: Any, feeds: Any, fetches: Any, state: Any) -> None:
         run_backward(self, feeds, fetches, state)
-        if settings.trim_after_backward() and self._inference_session.get_providers()[0] == "CPUExecutionProvider":
+        on_cpu = ortmodule.agent_session(self).get_providers()[0] == "CPUExecutionProvider"
+        if on_cpu and settings.trim_after_backward():
             return_freed_heap()
 
     return run_backward_then_trim

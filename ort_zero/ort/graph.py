@@ -1,4 +1,5 @@
-"""Small helpers over ONNX graphs shared by the post-export passes."""
+"""Editing ONNX graphs and building ort_zero's PythonOp nodes: the one place the passes do either (reading a PythonOp
+is `ort_zero.python_op`)."""
 
 from __future__ import annotations
 
@@ -8,37 +9,20 @@ import onnx
 import torch
 from onnx import helper
 
-from ..hooks.passthrough import function_name as qualified_name
-
-PYTHON_OP = "PythonOp"
-MS_DOMAIN = "com.microsoft"
-
-
-def onnx_dtype(dtype: torch.dtype) -> int:
-    from onnxruntime.training.utils import pytorch_type_to_onnx_dtype
-
-    return int(pytorch_type_to_onnx_dtype(dtype))
-
-
-def func_name(node: onnx.NodeProto) -> str | None:
-    if node.op_type != PYTHON_OP:
-        return None
-    for attribute in node.attribute:
-        if attribute.name == "func_name":
-            return attribute.s.decode()
-    return None
+from ..foreign import ortmodule
+from ..python_op import MS_DOMAIN, PYTHON_OP, function_name, function_name_of, ints_attribute, onnx_dtype
 
 
 def is_zero3_graph(graph: onnx.GraphProto) -> bool:
     """A graph of ort_zero's ZeRO-3 export: its modules gather through PreForwardBridge."""
     from ..zero3.bridges import PreForwardBridge
 
-    return any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node)
+    return any(function_name_of(node) == function_name(PreForwardBridge) for node in graph.node)
 
 
 def python_ops(graph: onnx.GraphProto, name: str) -> list[onnx.NodeProto]:
     """The PythonOps of one autograd Function, in graph (topological) order."""
-    return [node for node in graph.node if func_name(node) == name]
+    return [node for node in graph.node if function_name_of(node) == name]
 
 
 def replace_input_uses(nodes: Iterable[onnx.NodeProto], old: str, new: str) -> None:
@@ -53,13 +37,6 @@ def set_ints_attribute(node: onnx.NodeProto, name: str, values: list[int]) -> No
         if attribute.name == name:
             node.attribute.remove(attribute)
     node.attribute.append(helper.make_attribute(name, values))
-
-
-def ints_attribute(node: onnx.NodeProto, name: str) -> list[int]:
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return list(attribute.ints)
-    return []
 
 
 def retype_python_op_input(node: onnx.NodeProto, index: int, rank: int, elem_type: int) -> None:
@@ -125,7 +102,7 @@ def make_params_bridge(
     """A PythonOp of an ORT-only bridge (`func`) that runs once the value `after` (name, rank, element type) exists
     and outputs module `key`'s `params` gathered: `forward(ctx, key, after, *ds_ids)`, without autograd."""
     return make_python_op(
-        qualified_name(func),
+        function_name(func),
         node_name,
         int_scalars=[key, *(p.ds_id for p in params)],
         inputs=[after],
@@ -135,24 +112,6 @@ def make_params_bridge(
     )
 
 
-_UNREGISTER_AT_EXIT: list[bool] = []
-
-
 def register_function(cls: type[torch.autograd.Function]) -> None:
-    """Make an autograd Function that no trace has seen callable from ORT PythonOps.
-
-    ORT's registry must be emptied before the interpreter ends (or the process crashes at exit); ORTModule arranges
-    that only when it enables custom Functions itself, so it is arranged here too, once."""
-    import atexit
-
-    from onnxruntime.capi._pybind_state import register_torch_autograd_function, unregister_python_functions
-
-    if not _UNREGISTER_AT_EXIT:
-        atexit.register(unregister_python_functions)
-        _UNREGISTER_AT_EXIT.append(True)
-    from onnxruntime.training.ortmodule._custom_autograd_function_exporter import (
-        register_custom_function_schema_supplementary,
-    )
-
-    register_torch_autograd_function(qualified_name(cls), cls)
-    register_custom_function_schema_supplementary(cls)
+    """Make an autograd Function that no trace has seen (one a pass inserts) callable from ORT PythonOps."""
+    ortmodule.register_autograd_function(function_name(cls), cls)

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from .graph import func_name
+from ..foreign import ortmodule
+from ..python_op import function_name_of
 from .passes.backward_gather import forward_gathered_reads
 from .passes.recompute import recompute_record
 
@@ -20,18 +21,18 @@ def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
     CUDAExecutionProvider first) and the sorted func names of its graph's PythonOps; for training, also the backward
     reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy alive) and what ort_zero's
     layer-wise recompute applied (`ort_zero.ort.passes.recompute.recompute_record`)."""
-    ort_module = model if hasattr(model, "_torch_module") else getattr(model, "module", model)
-    if not hasattr(ort_module, "_torch_module"):
+    ort_module = model if ortmodule.is_ort_module(model) else getattr(model, "module", model)
+    if not ortmodule.is_ort_module(ort_module):
         raise TypeError(f"{type(ort_module).__name__} is not an ORTModule")
     record = {}
     for mode, is_training in (("training", True), ("inference", False)):
-        manager = ort_module._torch_module._execution_manager(is_training=is_training)
-        graph = manager._onnx_models.optimized_model.graph if manager._onnx_models.optimized_model else None
-        agent = manager._execution_agent
+        manager = ortmodule.execution_manager(ort_module, training=is_training)
+        model_proto, session = ortmodule.optimized_model(manager), ortmodule.session(manager)
+        graph = model_proto.graph if model_proto else None
         record[mode] = {
-            "session": agent is not None,
-            "providers": agent._inference_session.get_providers() if agent is not None else [],
-            "python_ops": sorted({name for node in graph.node if (name := func_name(node))}) if graph else [],
+            "session": session is not None,
+            "providers": session.get_providers() if session is not None else [],
+            "python_ops": sorted({name for node in graph.node if (name := function_name_of(node))}) if graph else [],
         }
         if is_training:
             record[mode]["backward_reads_of_forward_gathers"] = forward_gathered_reads(graph) if graph else []

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .. import settings
+from ..foreign import ortmodule
 from ..hooks import passthrough
 from .export_context import is_zero3_module, stood_in_for_export
 from .export_errors import naming_export_failures
@@ -78,21 +79,16 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
-        options = self._runtime_options
-        model = self._onnx_models.optimized_model
-        if (
-            model is not None
-            and is_zero3_graph(model.graph)
-            and (options.memory_optimization_level or options.memory_optimizer_config_file_path)
-        ):
-            if options.memory_optimization_level == 0:
+        level, plans = ortmodule.memory_optimizer_requested(self)
+        model = ortmodule.optimized_model(self)
+        if model is not None and is_zero3_graph(model.graph) and (level or plans):
+            if level == 0:
                 logger.warning(
                     "ort_zero: ORTMODULE_MEMORY_OPT_CONFIG plans are not applied to a ZeRO-3 model (they would read "
                     "parameters gathered in the forward); use ORTMODULE_MEMORY_OPT_LEVEL=1 for ort_zero's "
                     "layer-wise recompute"
                 )
-            options.memory_optimization_level, options.memory_optimizer_config_file_path = 0, ""
-            options.recompute_probe_config = "1:0"
+            ortmodule.turn_memory_optimizer_off(self)
         original(self)
 
     return _create_execution_agent
@@ -159,17 +155,22 @@ def post_export_process(original: Callable) -> Callable:
             logger,
         )
         exported = ExportedGraph(
-            model=info._post_export_processed_model,
+            model=ortmodule.post_export_model(info),
             module=flatten_module,
             training=export_mode == torch.onnx.TrainingMode.TRAINING,
             mem_efficient_grads=enable_mem_efficient_grad_management or settings.mem_efficient_grads,
         )
         run_export_passes(exported)
         if exported.mem_efficient_order:
-            # ORTModule then orders the graph to free memory early (its buggy trigger branch keys on another name)
-            info.is_mem_efficient_grad_management_enabled = True
+            ortmodule.order_for_mem_efficient_grads(info)
         if exported.removed_inputs:
-            _feed_trigger(info, exported.removed_inputs, ort_appends_trigger=enable_zero_stage3_support)
+            ortmodule.add_graph_input(
+                info,
+                TRIGGER_NAME,
+                exported.removed_inputs,
+                _trigger_tensor,
+                ort_declares_grad_input=enable_zero_stage3_support,
+            )
         return info
 
     return _post_export_process
@@ -182,16 +183,16 @@ def loud_fallback(original: Callable) -> Callable:
     @functools.wraps(original)
     def fallback(self: Any, log_level: Any, *inputs: Any, **kwargs: Any) -> Any:
         passthrough.forget_plans()
-        if not getattr(self, "_ort_zero_announced", False):
+        if not ortmodule.mark(self, "announced"):
             rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else os.environ.get("RANK", 0)
+            error = ortmodule.fallback_exception(self)
             message = (
-                f"ort_zero: rank {rank}: ORTModule FELL BACK TO PYTORCH ({type(self._exception).__name__}: "
-                f"{self._exception}). This model is not running in ONNX Runtime. Unset ORTMODULE_FALLBACK_POLICY "
+                f"ort_zero: rank {rank}: ORTModule FELL BACK TO PYTORCH ({type(error).__name__}: "
+                f"{error}). This model is not running in ONNX Runtime. Unset ORTMODULE_FALLBACK_POLICY "
                 "(ort_zero then disables fallback) to make this an error."
             )
             logger.error(message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-            self._ort_zero_announced = True
         return original(self, log_level, *inputs, **kwargs)
 
     return fallback
@@ -225,25 +226,6 @@ def threads_per_rank() -> int:
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")))
     return max(1, len(os.sched_getaffinity(0)) // max(1, local_ranks))
-
-
-def _feed_trigger(info: Any, removed: list[str], ort_appends_trigger: bool) -> None:
-    """Keep ORTModule's input bookkeeping in step with the rewritten graph, and feed the trigger."""
-    gone = set(removed)
-    info.onnx_graph_input_names = [i.name for i in info._post_export_processed_model.graph.input]
-    info.onnx_graph_input_names_require_grad = [
-        name for name in info.onnx_graph_input_names_require_grad if name not in gone
-    ] + [TRIGGER_NAME]
-    info.onnx_graph_input_names_user_defined = [*info.onnx_graph_input_names_user_defined, TRIGGER_NAME]
-    if not ort_appends_trigger:  # with ORTMODULE_ENABLE_ZERO_STAGE3=1 ORT adds it when it builds the gradient graph
-        info.onnx_graph_input_names_require_grad_user_defined = [
-            *info.onnx_graph_input_names_require_grad_user_defined,
-            TRIGGER_NAME,
-        ]
-    info.onnx_graph_input_data_accessor_user_defined = {
-        **info.onnx_graph_input_data_accessor_user_defined,
-        TRIGGER_NAME: _trigger_tensor,
-    }
 
 
 def _trigger_tensor(args: Any, kwargs: dict[str, Any]) -> torch.Tensor:

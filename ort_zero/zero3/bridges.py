@@ -11,7 +11,7 @@ key (see `state.py`) and never run a collective while the model is being traced 
 
 The bridges that only ORT graphs have live beside the passes that insert them: `BackwardParamsBridge`
 (`ort_zero.ort.passes.backward_gather`), `RecomputeStartBridge` and `RecomputeParamsBridge`
-(`ort_zero.ort.passes.recompute_region`).
+(`ort_zero.ort.passes.recompute_bridges`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from deepspeed.runtime.zero import parameter_offload
 from deepspeed.runtime.zero.partition_parameters import register_external_parameter, unregister_external_parameter
 from deepspeed.utils import z3_leaf_module
 
+from .. import python_op
+from ..foreign import deepspeed as ds_internals
+from ..foreign import torch as torch_internals
 from ..hooks import is_exporting, passthrough
 from . import state as zero3_state
 
@@ -37,7 +39,7 @@ class StepStartBridge(torch.autograd.Function):
         return passthrough.passed_through(ctx, StepStartBridge, (key,), tensors)
 
     backward = staticmethod(passthrough.keyed_backward)
-    infer_shape = staticmethod(passthrough.same_shapes)
+    infer_shape = staticmethod(python_op.same_shapes)
     alias_input = staticmethod(passthrough.keyed_alias_input)
 
 
@@ -94,22 +96,19 @@ class PreForwardBridge(torch.autograd.Function):
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
         """ORT shape inference: inputs pass through; the trailing outputs are full-sized parameters."""
-        key = _int_scalar_args(node)[0]
+        key = python_op.int_scalars(node)[0]
         params = zero3_state.lookup(key).bridged_params()
         if params:
             start = len(shapes) - len(params)
             shapes = shapes[:start] + [list(p.ds_shape) for p in params]
-            dtypes = dtypes[:start] + [_onnx_dtype(p.dtype) for p in params]
+            dtypes = dtypes[:start] + [python_op.onnx_dtype(p.dtype) for p in params]
         return shapes, dtypes
 
     @staticmethod
     def alias_input(node_proto: bytes) -> tuple[list, list]:
         """Module inputs pass through; the full-sized parameters after them are new tensors."""
-        import onnx
-
-        node = onnx.NodeProto()
-        node.ParseFromString(node_proto)
-        return passthrough.alias_maps(node_proto, non_tensor_inputs=2, passed_through=_int_scalar_args(node)[1])
+        passed_through = python_op.int_scalars(python_op.parse_node(node_proto))[1]
+        return python_op.alias_maps(node_proto, non_tensor_inputs=2, passed_through=passed_through)
 
 
 class PostForwardBridge(torch.autograd.Function):
@@ -134,14 +133,14 @@ class PostForwardBridge(torch.autograd.Function):
             module_state.offload.pre_sub_module_backward_function(module_state.module)
         return (None, *passthrough.input_grads(ctx, grads))
 
-    infer_shape = staticmethod(passthrough.same_shapes)
+    infer_shape = staticmethod(python_op.same_shapes)
     alias_input = staticmethod(passthrough.keyed_alias_input)
 
 
 def release_after_forward(module_state: zero3_state.ModuleState) -> None:
     """DeepSpeed's post-forward: leave the module on the forward stack, hand the parameters it returned to the
     enclosing module, then release its parameters."""
-    parameter_offload.FWD_MODULE_STACK.pop()
+    ds_internals.forward_module_stack().pop()
     for param in module_state.returned_params:
         hand_to_enclosing_module(module_state.module, param)
     module_state.offload.post_sub_module_forward_function(module_state.module)
@@ -151,12 +150,12 @@ def hand_to_enclosing_module(module: torch.nn.Module, param: torch.nn.Parameter)
     """A parameter `module` returned is used after `module` ends, as DeepSpeed handles it: unless a module still
     running has it already, it becomes an external parameter of the innermost one (leaving `module`'s, which the
     enclosing module now covers) and stays gathered; external parameters are never released after a module."""
-    running = parameter_offload.FWD_MODULE_STACK
-    if any(id(param) in getattr(m, "_external_params", {}) for m in running):
+    running = ds_internals.forward_module_stack()
+    if any(ds_internals.has_external_param(m, param) for m in running):
         return
     param.is_external_param = True
     register_external_parameter(running[-1], param)
-    if id(param) in getattr(module, "_external_params", {}):
+    if ds_internals.has_external_param(module, param):
         unregister_external_parameter(module, param)
     param.all_gather()
 
@@ -164,21 +163,8 @@ def hand_to_enclosing_module(module: torch.nn.Module, param: torch.nn.Parameter)
 def _run_leaf_reduce_hooks(module: torch.nn.Module) -> None:
     """DeepSpeed reduces a z3 leaf module's gradients in a full backward hook on the module, which cannot fire
     when the module's backward runs inside ORT; run it here, once its parameters have their gradients."""
-    for hook in list(module._backward_hooks.values()):
+    for hook in torch_internals.full_backward_hooks(module):
         hook(module, (), ())
-
-
-def _int_scalar_args(node: Any) -> list[int]:
-    for attribute in node.attribute:
-        if attribute.name == "input_int_scalars":
-            return list(attribute.ints)
-    raise RuntimeError(f"ort_zero: PythonOp {node.name} has no integer scalar inputs; it is not an ort_zero bridge")
-
-
-def _onnx_dtype(dtype: torch.dtype) -> int:
-    from onnxruntime.training.utils import pytorch_type_to_onnx_dtype
-
-    return int(pytorch_type_to_onnx_dtype(dtype))
 
 
 BRIDGES: tuple[type[torch.autograd.Function], ...] = (StepStartBridge, PreForwardBridge, PostForwardBridge)

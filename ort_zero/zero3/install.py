@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepspeed.runtime.zero import parameter_offload
 from deepspeed.utils import z3_leaf_module
 
+from ..foreign import deepspeed as ds_internals
 from ..hooks import SubscriberManager
 from .subscriber import ZeROOffloadSubscriber, hooked_modules
 
@@ -29,10 +29,7 @@ def setup_zero_stage3_hooks(offload: Any) -> None:
     # wrapper only gets the outermost calls (a step's start, in Python around the ORT graph); the model's modules,
     # its root included, are gathered and released where they run (inside the graph under ORTModule).
     model = next(iter(root.modules()))
-    coordinator = offload.get_param_coordinator()
-    if not coordinator.is_invalid_trace():
-        coordinator._invalidate_trace()  # hooks changed: the recorded module order is stale
-    offload.hierarchy = 0
+    ds_internals.invalidate_trace(offload)  # hooks changed: the recorded module order is stale
     for ds_id, module in enumerate(hooked_modules(model)):
         module.ds_id = ds_id
         module.ds_recompute_parameters = set()
@@ -42,8 +39,5 @@ def setup_zero_stage3_hooks(offload: Any) -> None:
     subscriber = ZeROOffloadSubscriber(offload, model)
     manager.subscribe(root, [subscriber])
     handle = _Unsubscribe(manager, subscriber)
-    offload.ort_zero_subscriber = subscriber
-    offload.fwd_pre_hook = handle
-    offload.forward_hooks = [handle]
-    offload.backward_hooks = []
-    parameter_offload.FWD_MODULE_STACK.append(root)
+    ds_internals.take_over_hooks(offload, handle, subscriber)
+    ds_internals.forward_module_stack().append(root)

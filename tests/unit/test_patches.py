@@ -187,3 +187,13 @@ def test_importing_patches_imports_neither_deepspeed_nor_onnxruntime() -> None:
     code = "import sys, ort_zero.patches; print(any(m in sys.modules for m in ('deepspeed', 'onnxruntime')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_every_declared_replacement_builds_against_the_installed_stack() -> None:
+    """Each factory finds the code it names (a rename in ort_zero or in the patched package fails here, not when a
+    user's run applies the patch) and builds a replacement from what it replaces, without installing it."""
+    declared = patches.registered()
+    assert len(declared) >= 20, [patch.name for patch in declared]
+    for patch in declared:
+        patch.check_version()
+        assert patch.make_replacement(patch.current()) is not None, patch.name

@@ -28,17 +28,11 @@ import torch
 from deepspeed.runtime.zero.partition_parameters import register_external_parameter
 from onnx import helper
 
+from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
 from ...zero3.state import fetched_params
-from ..graph import (
-    func_name,
-    ints_attribute,
-    is_zero3_graph,
-    make_params_bridge,
-    qualified_name,
-    register_function,
-)
+from ..graph import is_zero3_graph, make_params_bridge, register_function
 from .base import GraphPass, TrainingGraph
 from .training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 
@@ -188,11 +182,11 @@ class _Origin:
 def _forward_gathered(view: TrainingGraphView) -> dict[str, _Origin]:
     """Values that are forward-gathered parameters (PreForwardBridge outputs), views/casts of them, and (outside
     the forward) their shapes."""
-    pre_name = qualified_name(PreForwardBridge)
+    pre_name = function_name(PreForwardBridge)
     origins: dict[str, _Origin] = {}
     for i in view.order:
         node = view.nodes[i]
-        if func_name(node) == pre_name and i in view.forward:
+        if function_name_of(node) == pre_name and i in view.forward:
             key, input_count = ints_attribute(node, "input_int_scalars")[:2]
             params = zero3_state.lookup(key).bridged_params()
             for param, value in zip(params, node.output[1 + input_count :], strict=True):
@@ -235,11 +229,11 @@ def _is_redoable(node: onnx.NodeProto, view: TrainingGraphView, index: int) -> b
 
 def _anchors(view: TrainingGraphView) -> list[tuple[int, int]]:
     """(node index, module key) of every PostForwardBridge gradient node."""
-    post_name = qualified_name(PostForwardBridge)
+    post_name = function_name(PostForwardBridge)
     forward_key = {
         node.output[0]: ints_attribute(node, "input_int_scalars")[0]
         for node in view.nodes
-        if func_name(node) == post_name
+        if function_name_of(node) == post_name
     }
     return [
         (i, forward_key[node.input[0]])

@@ -18,7 +18,8 @@ import onnx
 import torch
 from onnx import helper
 
-from ..graph import ints_attribute, make_python_op, onnx_dtype, qualified_name, register_function
+from ...python_op import function_name, ints_attribute, onnx_dtype
+from ..graph import make_python_op, register_function
 from .base import ExportedGraph, GraphPass
 from .zero3_params import TRIGGER_NAME
 
@@ -96,7 +97,7 @@ def rewrite_param_inputs(
         param = named_params[graph_input.name]
         _PARAMS[id(param)] = param
         node = make_python_op(
-            qualified_name(ParamRetrieval),
+            function_name(ParamRetrieval),
             f"ort_zero_retrieval_{offset}",
             int_scalars=[id(param)],
             inputs=[(TRIGGER_NAME, 1, onnx.TensorProto.FLOAT)],

@@ -32,12 +32,13 @@ import onnx
 from ...hooks import passthrough
 from ...hooks.passthrough import PythonOpKey
 from ...hooks.statistics import EndStep, RecordStatistics
+from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
-from ..graph import func_name, ints_attribute, qualified_name, set_ints_attribute
+from ..graph import set_ints_attribute
 from .base import GraphPass, TrainingGraph
 
 PASS_THROUGH_FUNCTIONS = frozenset(
-    qualified_name(function)
+    function_name(function)
     for function in (StepStartBridge, PreForwardBridge, PostForwardBridge, RecordStatistics, EndStep)
 )
 """The Functions that return their inputs through `hooks.passthrough` (the exporter traces them into the forward)."""
@@ -74,7 +75,7 @@ PASS = GraphPass("passthrough_buffers", run, needs=frozenset({"backward_regather
 
 def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
     """Fix how ort_zero's PythonOps in `graph` return their tensors (see the module docstring)."""
-    forward = [node for node in graph.node if func_name(node) in PASS_THROUGH_FUNCTIONS]
+    forward = [node for node in graph.node if function_name_of(node) in PASS_THROUGH_FUNCTIONS]
     by_ctx = {node.output[0]: node for node in forward}
     gradient = [
         node for node in graph.node if node.op_type == "PythonOpGrad" and node.input and node.input[0] in by_ctx
@@ -119,7 +120,7 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
 
 
 def _key(node: onnx.NodeProto) -> PythonOpKey:
-    return func_name(node) or "", tuple(ints_attribute(node, "input_int_scalars"))
+    return function_name_of(node) or "", tuple(ints_attribute(node, "input_int_scalars"))
 
 
 def _feeding_yield(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:

@@ -27,11 +27,13 @@ import onnx
 import torch
 from onnx import helper
 
+from ...python_op import function_name, function_name_of
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PreForwardBridge
-from ..graph import func_name, qualified_name, register_function
+from ..graph import register_function
 from .base import GraphPass, TrainingGraph
-from .recompute_region import RECOMPUTE_SUFFIX, ForwardBridges, RecomputeParamsBridge, RecomputeStartBridge, Region
+from .recompute_bridges import RecomputeParamsBridge, RecomputeStartBridge
+from .recompute_region import RECOMPUTE_SUFFIX, ForwardBridges, Region
 from .training_graph import TrainingGraphView
 
 logger = logging.getLogger(__name__)
@@ -83,7 +85,7 @@ PASS = GraphPass("recompute", run, needs=frozenset({"backward_regathers"}), prov
 def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:
     """Apply the pass in place at `level` (0 does nothing) to a training graph of ort_zero's bridges."""
     report = RecomputeReport(level=level)
-    if not any(func_name(node) == qualified_name(PreForwardBridge) for node in graph.node):
+    if not any(function_name_of(node) == function_name(PreForwardBridge) for node in graph.node):
         return report
     seed_dropouts(graph)
     if level == 0:
@@ -127,7 +129,7 @@ def seed_dropouts(graph: onnx.GraphProto) -> None:
 def recompute_record(graph: onnx.GraphProto | None) -> dict:
     """Evidence read back from a training graph: the recomputed regions, plans applied and nodes recomputed."""
     nodes = list(graph.node) if graph is not None else []
-    starts = [node for node in nodes if func_name(node) == qualified_name(RecomputeStartBridge)]
+    starts = [node for node in nodes if function_name_of(node) == function_name(RecomputeStartBridge)]
     plans: dict[str, int] = {}
     layers, level = [], 0
     for node in starts:

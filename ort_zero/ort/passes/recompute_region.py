@@ -4,75 +4,20 @@ backward reads (`recompute.py` chooses the regions and applies them)."""
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
 import onnx
 import torch
 
+from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
-from ..graph import (
-    func_name,
-    ints_attribute,
-    make_params_bridge,
-    make_python_op,
-    qualified_name,
-    set_ints_attribute,
-)
+from ..graph import make_params_bridge, make_python_op, set_ints_attribute
+from .recompute_bridges import RecomputeParamsBridge, RecomputeStartBridge
 from .training_graph import TrainingGraphView
 
 RECOMPUTE_SUFFIX = "_ort_zero_recompute"
 START_PREFIX = "ort_zero_recompute_start"
 _RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial"})
-
-
-class RecomputeStartBridge(torch.autograd.Function):
-    """Under ORT, where the backward enters a recomputed region: the region's inputs, passed on.
-
-    `key` is the region module's; `after` is an output of the region's PostForwardBridge gradient node, only so that
-    the recomputation (which reads the outputs) runs in the backward, when the region's backward starts, not
-    in the forward.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, key: int, after: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        # Copies, not views: a layer's inputs may share memory (e.g. rotary cos/sin), which ORT's alias maps reject.
-        return tuple(t.clone() for t in tensors)
-
-
-class RecomputeParamsBridge(torch.autograd.Function):
-    """Under ORT, before a module's recomputed forward ops: its parameters gathered again for them.
-
-    Its tensor input is the module's first recomputed input, so that the gather happens when the recomputation
-    reaches the module. The full parameters go to ORT, which frees them after the recomputed ops; DeepSpeed's own
-    state is left as found (what was partitioned is partitioned again at once), as a checkpointed module's
-    recompute forward gathers and releases in native ZeRO-3.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, key: int, after: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
-        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-        module_state = zero3_state.lookup(key)
-        by_id = {p.ds_id: p for p in zero3_state.fetched_params(module_state.module)}
-        params = [by_id[ds_id] for ds_id in ds_ids]
-        _wait_for_prefetch(module_state.offload, params)
-        partitioned = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
-        if partitioned:
-            partitioned[0].all_gather(param_list=partitioned)
-        full = tuple(p.detach() for p in params)  # ORT's references keep the gathered storage alive
-        if partitioned:
-            partitioned[0].partition(param_list=partitioned, has_been_updated=False)
-        return full
-
-
-def _wait_for_prefetch(offload: Any, params: list[torch.nn.Parameter]) -> None:
-    """Finish DeepSpeed's prefetch of any of `params` still in flight (the coordinator keeps the handles in a
-    private registry: deepspeed 0.19.8's PartitionedParameterCoordinator.__inflight_param_registry)."""
-    registry = offload.get_param_coordinator()._PartitionedParameterCoordinator__inflight_param_registry
-    for param in params:
-        if param in registry:
-            registry.pop(param).wait()
 
 
 class ForwardBridges:
@@ -83,13 +28,13 @@ class ForwardBridges:
         self.pre: dict[int, list[int]] = {}
         self.post: dict[int, list[int]] = {}
         self.step_start_key: int | None = None
-        names = {qualified_name(PreForwardBridge): self.pre, qualified_name(PostForwardBridge): self.post}
+        names = {function_name(PreForwardBridge): self.pre, function_name(PostForwardBridge): self.post}
         for i in view.forward:
             node = view.nodes[i]
-            name = func_name(node)
+            name = function_name_of(node)
             if name in names:
                 names[name].setdefault(ints_attribute(node, "input_int_scalars")[0], []).append(i)
-            elif name == qualified_name(StepStartBridge):
+            elif name == function_name(StepStartBridge):
                 self.step_start_key = ints_attribute(node, "input_int_scalars")[0]
         self.keys = set(self.pre) | set(self.post)
 
@@ -168,8 +113,8 @@ class Region:
             return value  # made outside the region (a constant, a mask): read as it is
         node = self.view.nodes[i]
         slot = list(node.output).index(value)
-        name = func_name(node)
-        if name == qualified_name(PreForwardBridge):
+        name = function_name_of(node)
+        if name == function_name(PreForwardBridge):
             key, input_count = ints_attribute(node, "input_int_scalars")[:2]
             if i == self.pre and slot <= input_count:
                 copy = self._start_bridge(node, input_count).output[slot]
@@ -177,7 +122,7 @@ class Region:
                 copy = yield node.input[slot - 1]
             else:
                 copy = (yield from self._params_bridge(key, node, input_count)).output[slot - input_count]
-        elif name == qualified_name(PostForwardBridge):
+        elif name == function_name(PostForwardBridge):
             copy = yield node.input[slot - 1]
         elif reason := _not_recomputable(node):
             self.kept.append(f"{self.path}: {value} ({reason})")
@@ -215,7 +160,7 @@ class Region:
             ranks, types = ints_attribute(pre, "input_tensor_ranks"), ints_attribute(pre, "input_tensor_types")
             name = f"{START_PREFIX}_{self.key}"
             self.start = make_python_op(
-                qualified_name(RecomputeStartBridge),
+                function_name(RecomputeStartBridge),
                 name,
                 int_scalars=[self.key],
                 inputs=[
@@ -309,7 +254,7 @@ def _output_type(node: onnx.NodeProto, slot: int) -> tuple[int, int]:
 def _not_recomputable(node: onnx.NodeProto) -> str:
     """Why `node` cannot run a second time in the backward ('' if it can)."""
     if node.op_type in ("PythonOp", "YieldOp"):
-        return f"{func_name(node) or node.op_type} runs Python"
+        return f"{function_name_of(node) or node.op_type} runs Python"
     if node.op_type in _RANDOM:
         return f"{node.op_type} draws random numbers"
     if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):

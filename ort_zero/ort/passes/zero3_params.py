@@ -20,16 +20,10 @@ import onnx
 import torch
 from onnx import helper
 
+from ...python_op import function_name, function_name_of
 from ...zero3.bridges import PreForwardBridge
 from ..export_context import zero3_named_params
-from ..graph import (
-    func_name,
-    make_trigger_python_op,
-    qualified_name,
-    register_function,
-    replace_input_uses,
-    retype_python_op_input,
-)
+from ..graph import make_trigger_python_op, register_function, replace_input_uses, retype_python_op_input
 from .base import ExportedGraph, GraphPass
 
 logger = logging.getLogger(__name__)
@@ -93,14 +87,14 @@ def rewrite_partitioned_params(
     present = [i.name for i in graph.input if i.name in partitioned]
     if not present:
         return []
-    bridge_name = qualified_name(PreForwardBridge)
+    bridge_name = function_name(PreForwardBridge)
     placeholders = {name: f"ort_zero_placeholder_{index}" for index, name in enumerate(present)}
     # Who reads each parameter, found in one walk over the graph (a walk per parameter took 0.5 s of the first step
     # at 162M parameters); the loop below rewires bridge inputs, so it checks that a reader still reads the name.
     readers: dict[str, dict[int, onnx.NodeProto]] = {name: {} for name in present}
     bridge_reads: dict[str, list[tuple[int, onnx.NodeProto, int]]] = {name: [] for name in present}
     for position, node in enumerate(graph.node):
-        is_bridge = func_name(node) == bridge_name
+        is_bridge = function_name_of(node) == bridge_name
         for index, input_name in enumerate(node.input):
             if input_name in readers:
                 readers[input_name][position] = node
@@ -138,7 +132,7 @@ def rewrite_partitioned_params(
     first_param = next((i for i, g in enumerate(graph.input) if g.name in set(param_names)), len(graph.input))
     graph.input.insert(first_param, helper.make_tensor_value_info(TRIGGER_NAME, onnx.TensorProto.FLOAT, [1]))
     pull = make_trigger_python_op(
-        qualified_name(ParamPull), TRIGGER_NAME, [placeholders[name] for name in present], "ort_zero_param_pull"
+        function_name(ParamPull), TRIGGER_NAME, [placeholders[name] for name in present], "ort_zero_param_pull"
     )
     graph.node.insert(0, pull)
     return present

@@ -12,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from ort_zero.cli import doctor, main
-from ort_zero.ort import cuda_libraries
+from ort_zero.stack import cuda_libraries
 
 
 def test_only_the_chosen_subcommand_is_imported() -> None:

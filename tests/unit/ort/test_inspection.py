@@ -11,8 +11,8 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.graph import qualified_name  # noqa: E402
 from ort_zero.ort.inspection import ort_run_record  # noqa: E402
+from ort_zero.python_op import function_name  # noqa: E402
 
 
 class Double(torch.autograd.Function):
@@ -50,7 +50,7 @@ def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
     assert record["training"] == {
         "session": True,
         "providers": ["CPUExecutionProvider"],
-        "python_ops": [qualified_name(Double)],
+        "python_ops": [function_name(Double)],
         "backward_reads_of_forward_gathers": [],
         "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0},
     }
@@ -61,7 +61,7 @@ def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
     assert ort_run_record(model)["inference"] == {
         "session": True,
         "providers": ["CPUExecutionProvider"],
-        "python_ops": [qualified_name(Double)],
+        "python_ops": [function_name(Double)],
     }
 
 

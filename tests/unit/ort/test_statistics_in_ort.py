@@ -15,7 +15,8 @@ ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.hooks import SubscriberManager  # noqa: E402
 from ort_zero.hooks.statistics import EndStep, RecordStatistics, StatisticsSubscriber, inspect_activation  # noqa: E402
-from ort_zero.ort.graph import python_ops, qualified_name  # noqa: E402
+from ort_zero.ort.graph import python_ops  # noqa: E402
+from ort_zero.python_op import function_name  # noqa: E402
 from ort_zero.tools import compare_runs, load_run  # noqa: E402
 
 STEPS = 3
@@ -62,8 +63,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, torch.nn
 def test_ort_records_what_pytorch_records(runs: tuple[Path, Path, torch.nn.Module]) -> None:
     torch_run, ort_run, ort_model = runs
     graph = ort_model._torch_module._execution_manager(True)._onnx_models.optimized_model.graph
-    assert python_ops(graph, qualified_name(RecordStatistics)), "no recorder op ran in ORT"
-    assert python_ops(graph, qualified_name(EndStep))
+    assert python_ops(graph, function_name(RecordStatistics)), "no recorder op ran in ORT"
+    assert python_ops(graph, function_name(EndStep))
 
     a, b = load_run(torch_run, 0), load_run(ort_run, 0)
     assert sorted(a.steps) == sorted(b.steps) == list(range(STEPS))

@@ -16,12 +16,12 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.graph import MS_DOMAIN, func_name, qualified_name  # noqa: E402
 from ort_zero.ort.passes.backward_gather import (  # noqa: E402
     BackwardParamsBridge,
     forward_gathered_reads,
     regather_for_backward,
 )
+from ort_zero.python_op import MS_DOMAIN, function_name, function_name_of  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge  # noqa: E402
 
@@ -60,7 +60,7 @@ def key(states: tuple[zero3_state.ModuleState, zero3_state.ModuleState]) -> int:
 
 def python_op(func: type, inputs: list[str], outputs: list[str], scalars: list[int]) -> onnx.NodeProto:
     return helper.make_node(
-        "PythonOp", inputs, outputs, outputs[1], domain=MS_DOMAIN, func_name=qualified_name(func),
+        "PythonOp", inputs, outputs, outputs[1], domain=MS_DOMAIN, func_name=function_name(func),
         input_int_scalars=scalars, output_tensor_ranks=[2] * (len(outputs) - 1),
         output_tensor_types=[FLOAT] * (len(outputs) - 1),
     )  # fmt: skip
@@ -105,7 +105,7 @@ def test_backward_reads_of_the_forward_copy_are_found_and_moved_to_a_regather(ke
     assert (report.regathers, report.rewired_reads, report.kept) == (1, 2, [])
     assert forward_gathered_reads(graph) == []
     nodes = {node.name: node for node in graph.node}
-    [regather] = [node for node in graph.node if func_name(node) == qualified_name(BackwardParamsBridge)]
+    [regather] = [node for node in graph.node if function_name_of(node) == function_name(BackwardParamsBridge)]
     assert list(regather.input) == ["dy"], "the re-gather must run after the gather in PostForwardBridge's backward"
     # Both reads now come from the re-gathered weight through views re-done in the backward.
     redone_t = next(n for n in graph.node if n.op_type == "Transpose" and n.input[0] == regather.output[1])
@@ -170,6 +170,6 @@ def test_a_parent_reading_a_childs_weight_gets_it_registered_and_regathered(
 
     assert report.kept == [] and forward_gathered_reads(graph) == []
     assert [p for _, p in parent.module.ds_external_parameters()] == [child.module.weight]
-    regathers = {n.input[0]: n for n in graph.node if func_name(n) == qualified_name(BackwardParamsBridge)}
+    regathers = {n.input[0]: n for n in graph.node if function_name_of(n) == function_name(BackwardParamsBridge)}
     assert set(regathers) == {"dy_outer", "dy"}, "one re-gather after each module's PostForwardBridge backward"
     assert next(n for n in graph.node if n.name == "parent_read").input[1] == regathers["dy_outer"].output[1]

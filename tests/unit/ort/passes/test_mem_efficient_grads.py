@@ -16,8 +16,8 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.graph import func_name, qualified_name  # noqa: E402
 from ort_zero.ort.passes.mem_efficient_grads import ParamRetrieval  # noqa: E402
+from ort_zero.python_op import function_name, function_name_of  # noqa: E402
 
 EVENTS: list[str] = []
 
@@ -101,7 +101,7 @@ def test_same_losses_and_gradients_hooks_once_and_during_backward(mem_efficient:
     manager = model._torch_module._execution_manager(True)
     assert manager._execution_agent is not None, "no ORT session ran"
     graph = manager._onnx_models.optimized_model.graph
-    assert any(func_name(n) == qualified_name(ParamRetrieval) for n in graph.node), "the pass did not run in ORT"
+    assert any(function_name_of(n) == function_name(ParamRetrieval) for n in graph.node), "the pass did not run in ORT"
     assert losses == pytest.approx(ref_losses, rel=1e-6, abs=1e-7)
     for expected, got in zip(ref_grads, grads, strict=True):
         assert set(got) == set(expected)
@@ -139,7 +139,9 @@ def test_ort_environment_switch_is_honoured(monkeypatch: pytest.MonkeyPatch) -> 
         ort_zero.disable_zero3()
     manager = model._torch_module._execution_manager(True)
     assert manager._execution_agent is not None, "no ORT session ran"
-    assert any(func_name(n) == qualified_name(ParamRetrieval) for n in manager._onnx_models.optimized_model.graph.node)
+    assert any(
+        function_name_of(n) == function_name(ParamRetrieval) for n in manager._onnx_models.optimized_model.graph.node
+    )
     assert losses == pytest.approx(ref_losses, rel=1e-6, abs=1e-7)
     for name, expected in ref_grads[0].items():
         torch.testing.assert_close(grads[0][name], expected, rtol=1e-6, atol=1e-7)

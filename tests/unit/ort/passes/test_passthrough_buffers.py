@@ -15,13 +15,13 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.hooks import passthrough  # noqa: E402
-from ort_zero.ort.graph import MS_DOMAIN, ints_attribute, qualified_name  # noqa: E402
 from ort_zero.ort.passes.passthrough_buffers import plan_passthrough_buffers  # noqa: E402
 from ort_zero.ort.passes.zero3_params import ParamPull  # noqa: E402
+from ort_zero.python_op import MS_DOMAIN, function_name, ints_attribute  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
 
 REUSE = "tensor_reuse_map"
-POST = qualified_name(PostForwardBridge)
+POST = function_name(PostForwardBridge)
 
 
 def pass_through(func: str, name: str, inputs: list[str], key: int) -> onnx.NodeProto:
@@ -44,7 +44,7 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     again = pass_through(POST, "again", ["h2", "m2"], key=301)  # the same module called twice
     outer = pass_through(POST, "outer", ["inner_0", "loss"], key=302)
     foreign = pass_through("user_code.Fn", "foreign", ["z"], key=303)
-    not_pass_through = pass_through(qualified_name(ParamPull), "pull", ["w"], key=304)
+    not_pass_through = pass_through(function_name(ParamPull), "pull", ["w"], key=304)
     nodes = [
         inner,
         again,
@@ -73,7 +73,7 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     assert ints_attribute(by_name["outer"], REUSE) == [-1, -1, -1]
     assert ints_attribute(by_name["inner"], REUSE) == [-1, 0, 1]
     assert (POST, (302,)) in passthrough._COPIED_OUTPUTS and (POST, (301,)) in passthrough._BORROWED_OUTPUTS
-    assert (qualified_name(ParamPull), (304,)) not in passthrough._BORROWED_OUTPUTS
+    assert (function_name(ParamPull), (304,)) not in passthrough._BORROWED_OUTPUTS
 
     # backward: the outer node's outputs are not aliases, so neither are its gradients. Key 301: input 0's
     # gradient is a graph output in one node (d_h), input 1's output got no gradient in the other: the Python call

@@ -26,7 +26,6 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.graph import MS_DOMAIN, func_name, ints_attribute, qualified_name  # noqa: E402
 from ort_zero.ort.passes.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
 from ort_zero.ort.passes.recompute import (  # noqa: E402
     LAYER_PLAN,
@@ -36,7 +35,8 @@ from ort_zero.ort.passes.recompute import (  # noqa: E402
     recompute_regions,
     seed_dropouts,
 )
-from ort_zero.ort.passes.recompute_region import RecomputeParamsBridge, RecomputeStartBridge  # noqa: E402
+from ort_zero.ort.passes.recompute_bridges import RecomputeParamsBridge, RecomputeStartBridge  # noqa: E402
+from ort_zero.python_op import MS_DOMAIN, function_name, function_name_of, ints_attribute  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge  # noqa: E402
 
@@ -124,7 +124,7 @@ def python_op(func: str, name: str, inputs: list[str], outputs: list[str], scala
 
 
 def bridge(func: type, name: str, inputs: list[str], outputs: list[str], scalars: list[int]) -> onnx.NodeProto:
-    return python_op(qualified_name(func), name, inputs, outputs, scalars)
+    return python_op(function_name(func), name, inputs, outputs, scalars)
 
 
 def grad_op(name: str, ctx: str, inputs: list[str], outputs: list[str]) -> onnx.NodeProto:
@@ -288,7 +288,7 @@ def by_name(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
 
 def bridges_of(graph: onnx.GraphProto, func: type) -> dict[int, onnx.NodeProto]:
     """The `func` PythonOps by their first integer scalar (a region's key, or a module's)."""
-    found = [node for node in graph.node if func_name(node) == qualified_name(func)]
+    found = [node for node in graph.node if function_name_of(node) == function_name(func)]
     by_key = {ints_attribute(node, "input_int_scalars")[0]: node for node in found}
     assert len(by_key) == len(found), f"two {func.__name__} nodes for one key"
     return by_key
@@ -604,7 +604,7 @@ def test_everything_the_pass_adds_runs_after_its_regions_anchor(keys: Keys, fore
         node.name
         for node in graph.node
         if node.name.endswith(RECOMPUTE_SUFFIX)
-        or func_name(node) in (qualified_name(RecomputeStartBridge), qualified_name(RecomputeParamsBridge))
+        or function_name_of(node) in (function_name(RecomputeStartBridge), function_name(RecomputeParamsBridge))
     }
     layer1 = {name for name in added if "l1_" in name or name.endswith(f"_{keys.layers[1]}_{keys.inners[1]}")}
     layer1 |= {node.name for key, node in bridges_of(graph, RecomputeStartBridge).items() if key == keys.layers[1]}

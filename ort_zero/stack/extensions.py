@@ -8,8 +8,8 @@ CUDA_HOME assembled from torch's nvidia-*-cu12 wheels. `fused_ops` is never buil
 `onnxruntime.training.optim`'s FusedAdam and FP16_Optimizer). Built libraries are cached under ~/.cache/ort_zero
 keyed on the torch/ORT versions, so a fresh venv reuses them.
 
-    python -m ort_zero.ort.extensions ensure   # build what is missing (idempotent)
-    python -m ort_zero.ort.extensions smoke    # ORTModule forward/backward, fallback disabled
+    python -m ort_zero.stack.extensions ensure   # build what is missing (idempotent)
+    python -m ort_zero.stack.extensions smoke    # ORTModule forward/backward, fallback disabled
 """
 
 from __future__ import annotations
@@ -207,8 +207,9 @@ def smoke() -> None:
     model = ORTModule(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)))
     loss = model(torch.randn(3, 4)).square().sum()
     loss.backward()
-    manager = model._torch_module._execution_manager(is_training=True)
-    if getattr(manager, "_execution_agent", None) is None:
+    from ..foreign import ortmodule
+
+    if ortmodule.session(ortmodule.execution_manager(model, training=True)) is None:
         raise RuntimeError("ORTModule returned a result but no ORT session exists: it did not run in ONNX Runtime")
     print(f"[extensions] ORTModule smoke test passed in ONNX Runtime (loss {loss.item():.4f})")
 

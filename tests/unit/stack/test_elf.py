@@ -1,4 +1,4 @@
-"""ort_zero.ort.elf: the dynamic section as the loader reads it, checked against binutils' readelf."""
+"""ort_zero.stack.elf: the dynamic section as the loader reads it, checked against binutils' readelf."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ort_zero.ort.cuda_libraries import provider_library
-from ort_zero.ort.elf import read_dynamic, system_library
+from ort_zero.stack.cuda_libraries import provider_library
+from ort_zero.stack.elf import read_dynamic, system_library
 
 
 def readelf_dynamic(path: Path) -> tuple[str | None, list[str], list[str]]:

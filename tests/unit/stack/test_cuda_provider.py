@@ -17,12 +17,12 @@ from types import SimpleNamespace
 import pytest
 
 from ort_zero import patches
-from ort_zero.ort.cuda_provider import CudaProviderMissingError, cuda_provider_required
+from ort_zero.stack.cuda_provider import CudaProviderMissingError, cuda_provider_required
 
 FELL_BACK_SESSION = """
 import onnxruntime
 from onnx import TensorProto, helper
-from ort_zero.ort.cuda_provider import require_cuda_provider
+from ort_zero.stack.cuda_provider import require_cuda_provider
 vector = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [4]) for name in ("x", "y")]
 graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", vector[:1], vector[1:])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
@@ -41,7 +41,7 @@ def test_a_session_that_fell_back_to_the_cpu_provider_is_refused(tmp_path: Path)
     assert "providers ['CPUExecutionProvider']" in child.stdout, child.stdout + child.stderr
     assert child.returncode == 1
     error = child.stderr.strip().splitlines()[-1]
-    assert error.startswith("ort_zero.ort.cuda_provider.CudaProviderMissingError: the model is on cuda:0 but")
+    assert error.startswith("ort_zero.stack.cuda_provider.CudaProviderMissingError: the model is on cuda:0 but")
     assert "libcublasLt.so.11 (needed by libonnxruntime_providers_cuda.so)" in error
     assert "'ORT_ZERO_CUDA=1 launch/bootstrap.sh'" in error
 

@@ -7,8 +7,8 @@ directory (`<venv>/ort_zero-cuda11/site`), because in torch's site-packages they
 path before ORT loads the provider; the loader then matches the provider's NEEDED entries by SONAME. Their symbols
 carry version tags, so they live beside torch's CUDA 12 libraries in one process.
 
-    python -m ort_zero.ort.cuda_libraries install   # download (cached in the venv) and install; idempotent
-    python -m ort_zero.ort.cuda_libraries check     # every library the provider NEEDs, and where it resolves
+    python -m ort_zero.stack.cuda_libraries install   # download (cached in the venv) and install; idempotent
+    python -m ort_zero.stack.cuda_libraries check     # every library the provider NEEDs, and where it resolves
 
 Imports only the standard library: `import ort_zero` calls `make_findable`.
 """

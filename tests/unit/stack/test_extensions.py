@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ort_zero.ort import extensions
+from ort_zero.stack import extensions
 
 IMPORT_ALLOCATOR = """
 import importlib.util, sys

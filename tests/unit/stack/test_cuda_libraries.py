@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from ort_zero.ort import cuda_libraries
-from ort_zero.ort.elf import read_dynamic
+from ort_zero.stack import cuda_libraries
+from ort_zero.stack.elf import read_dynamic
 
 # In a child: preload from the target, then dlopen each name the way the loader looks up a NEEDED entry (by SONAME,
 # no path) and ask the loader which file it mapped (dlinfo RTLD_DI_LINKMAP -> link_map.l_name).
 LOADER_CHECK = """
 import ctypes, json, sys
 from pathlib import Path
-from ort_zero.ort import cuda_libraries
+from ort_zero.stack import cuda_libraries
 cuda_libraries.preload(Path(sys.argv[1]))
 libc = ctypes.CDLL(None)
 dlinfo = getattr(libc, "dlinfo", None) or ctypes.CDLL("libdl.so.2").dlinfo
@@ -78,7 +78,7 @@ def test_the_loader_maps_each_preloaded_soname_to_the_target(scratch_target: Pat
 
 
 def test_import_preloads_only_where_a_driver_is(scratch_target: Path) -> None:
-    code = "import ort_zero; from ort_zero.ort import cuda_libraries as c; print(c.driver_present(), c.preloaded())"
+    code = "import ort_zero; from ort_zero.stack import cuda_libraries as c; print(c.driver_present(), c.preloaded())"
     env = dict(os.environ, ORT_ZERO_CUDA_HOME=str(scratch_target.parent))
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert child.returncode == 0, child.stderr

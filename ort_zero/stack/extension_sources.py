@@ -16,8 +16,9 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from ..foreign.versions import TORCH_VERSIONS
+
 ORT_VERSION = "1.19.2"
-TORCH_VERSIONS = ">=2.13,<2.16"  # measured: 2.14.1 (pinned); 2.15.0 builds the same sources
 
 # Torch >= 2.7 keeps PyNode's typeinfo and tensor_fromDLPack out of libtorch_python's exported symbols: these
 # replacements need neither (a type test on the mangled name, and libtorch's exported at::fromDLPack).

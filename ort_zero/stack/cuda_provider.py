@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from ..foreign import ortmodule
 from . import cuda_libraries
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -27,8 +28,9 @@ def cuda_provider_required(original: Callable) -> Callable:
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
         original(self)
-        if getattr(self._device, "type", self._device) == "cuda":
-            require_cuda_provider(self._execution_agent._inference_session, str(self._device))
+        device = ortmodule.device(self)
+        if getattr(device, "type", device) == "cuda":
+            require_cuda_provider(ortmodule.session(self), str(device))
 
     return _create_execution_agent
 

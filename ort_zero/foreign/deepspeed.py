@@ -1,0 +1,57 @@
+"""DeepSpeed's internals that ort_zero reads and writes (deepspeed `versions.DEEPSPEED_VERSIONS`).
+
+Read: the parameter coordinator's private `__inflight_param_registry` (prefetches in flight) and `_invalidate_trace`,
+a module's `_external_params`, the accelerator's `_name`. Written: the fields of `DeepSpeedZeRoOffload` that its own
+`setup_zero_stage3_hooks` sets (ort_zero replaces that method) and the module-level `FWD_MODULE_STACK` that
+DeepSpeed's forward hooks push and pop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def forward_module_stack() -> list[torch.nn.Module]:
+    """The modules whose forward is running, innermost last, as DeepSpeed's hooks keep them."""
+    from deepspeed.runtime.zero import parameter_offload
+
+    return parameter_offload.FWD_MODULE_STACK
+
+
+def has_external_param(module: torch.nn.Module, param: torch.nn.Parameter) -> bool:
+    """Whether `param` is registered as an external parameter of `module` (`register_external_parameter`)."""
+    return id(param) in getattr(module, "_external_params", {})
+
+
+def wait_for_inflight_gathers(offload: Any, params: list[torch.nn.Parameter]) -> None:
+    """Finishes the coordinator's prefetch of any of `params` still in flight."""
+    registry = offload.get_param_coordinator()._PartitionedParameterCoordinator__inflight_param_registry
+    for param in params:
+        if param in registry:
+            registry.pop(param).wait()
+
+
+def invalidate_trace(offload: Any) -> None:
+    """The coordinator forgets the module order it recorded (hooks changed: it is stale)."""
+    coordinator = offload.get_param_coordinator()
+    if not coordinator.is_invalid_trace():
+        coordinator._invalidate_trace()
+
+
+def take_over_hooks(offload: Any, handle: Any, subscriber: Any) -> None:
+    """What `setup_zero_stage3_hooks` leaves on `offload`, with ort_zero's `handle` for DeepSpeed's hook handles
+    (`destroy()` removes them through it) and its `subscriber` kept beside them."""
+    offload.hierarchy = 0
+    offload.ort_zero_subscriber = subscriber
+    offload.fwd_pre_hook = handle
+    offload.forward_hooks = [handle]
+    offload.backward_hooks = []
+
+
+def accelerator_name() -> str:
+    """The accelerator DeepSpeed picked (cpu, cuda, ...)."""
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator()._name

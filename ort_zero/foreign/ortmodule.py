@@ -1,0 +1,167 @@
+"""ORTModule's internals that ort_zero reads and writes (onnxruntime-training `versions.ORT_VERSIONS`).
+
+Read: an ORTModule's `_torch_module._execution_manager(is_training)`; a manager's `_onnx_models`, `_execution_agent`,
+`_graph_transition_manager` (its `_exported_model_info`, `_post_export_processed_model_info`), `_runtime_options`,
+`_device`, `_flattened_module`, `_logger`, `time_tracker`; an agent's `_inference_session`; the fallback manager's
+`_exception`; the private modules `capi._pybind_state`, `ortmodule._custom_autograd_function_exporter` and
+`ortmodule._logger`.
+Written: the memory optimizer's runtime options, what a manager keeps once its session exists (`release_kept`), the
+input bookkeeping of a post-export model info (`add_graph_input`), and ort_zero's marks on ORT's objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def is_ort_module(model: Any) -> bool:
+    return hasattr(model, "_torch_module")
+
+
+def execution_manager(ort_module: Any, training: bool) -> Any:
+    """The training (or inference) manager of an ORTModule."""
+    return ort_module._torch_module._execution_manager(is_training=training)
+
+
+def optimized_model(manager: Any) -> onnx.ModelProto | None:
+    """The graph ORT's session runs (after ORT's and ort_zero's passes); None before the first build."""
+    return manager._onnx_models.optimized_model
+
+
+def session(manager: Any) -> Any:
+    """A manager's ORT InferenceSession; None until ORT built it (then ORT did not run)."""
+    agent = manager._execution_agent
+    return None if agent is None else agent._inference_session
+
+
+def agent_session(agent: Any) -> Any:
+    """The InferenceSession of an execution agent (what `TrainingAgent.run_backward` runs)."""
+    return agent._inference_session
+
+
+def device(manager: Any) -> Any:
+    return manager._device
+
+
+def flattened_module(manager: Any) -> Any:
+    """The user's module as ORTModule exports it."""
+    return manager._flattened_module
+
+
+def manager_logger(manager: Any) -> Any:
+    return manager._logger
+
+
+def first_step_phases(ort_module: Any) -> dict[str, float]:
+    """Seconds the training manager spent in each phase of its first step (ORT's own `TimeTracker`)."""
+    from onnxruntime.training.ortmodule._logger import ORTModuleInitPhase, TimeTracker
+
+    tracker = execution_manager(ort_module, training=True).time_tracker
+    phases = {}
+    for phase in ORTModuleInitPhase:
+        start, end = tracker.starts_[phase], tracker.ends_[phase]
+        if TimeTracker.NOT_RECORD not in (start, end):
+            phases[phase.to_string()] = round(end - start, 3)
+    return phases
+
+
+def fallback_exception(fallback_manager: Any) -> BaseException | None:
+    """The exception a fallback to PyTorch answers."""
+    return fallback_manager._exception
+
+
+def mark(ort_object: Any, name: str) -> bool:
+    """Whether ort_zero marked an ORT object with `name` (e.g. a fallback it announced), marking it now."""
+    attribute = f"_ort_zero_{name}"
+    marked = getattr(ort_object, attribute, False)
+    setattr(ort_object, attribute, True)
+    return marked
+
+
+def memory_optimizer_requested(manager: Any) -> tuple[int, str]:
+    """ORT's memory optimizer settings for the session to be built: (level, plan config path)."""
+    options = manager._runtime_options
+    return options.memory_optimization_level, options.memory_optimizer_config_file_path
+
+
+def turn_memory_optimizer_off(manager: Any) -> None:
+    """ORT's memory optimizer off for the session to be built (no level, no plan, no probe)."""
+    options = manager._runtime_options
+    options.memory_optimization_level, options.memory_optimizer_config_file_path = 0, ""
+    options.recompute_probe_config = "1:0"
+
+
+def release_kept(manager: Any, compacted: Callable[[onnx.ModelProto], onnx.ModelProto]) -> None:
+    """Drops what a TrainingManager keeps beyond its needs once its session exists: its graph builder, the session's
+    copy of the model bytes; the graphs it keeps are replaced by `compacted` copies."""
+    manager._graph_builder = None
+    models = manager._onnx_models
+    if models.optimized_model is not None:
+        models.optimized_model = compacted(models.optimized_model)
+    transitions = manager._graph_transition_manager
+    exported = transitions._exported_model_info
+    if exported is not None and exported.exported_model is not None:
+        exported.exported_model = compacted(exported.exported_model)
+    processed = transitions._post_export_processed_model_info
+    if processed is not None and processed._post_export_processed_model is not None:
+        processed._post_export_processed_model = compacted(processed._post_export_processed_model)
+    kept_session = getattr(manager._execution_agent, "_inference_session", None)
+    if kept_session is not None:
+        kept_session._model_bytes = None
+
+
+def post_export_model(info: Any) -> onnx.ModelProto:
+    """The graph of a PostExportProcessedModelInfo, as the export passes rewrite it in place."""
+    return info._post_export_processed_model
+
+
+def order_for_mem_efficient_grads(info: Any) -> None:
+    """ORTModule then orders the graph to free memory early (its own trigger branch keys on another name)."""
+    info.is_mem_efficient_grad_management_enabled = True
+
+
+def add_graph_input(
+    info: Any, name: str, removed: list[str], data: Callable[..., Any], ort_declares_grad_input: bool
+) -> None:
+    """Keeps ORTModule's input bookkeeping in step with a graph whose `removed` inputs are gone and which gained
+    input `name` (requiring a gradient, its value from `data(args, kwargs)`). With ORTMODULE_ENABLE_ZERO_STAGE3=1
+    ORT declares it a gradient input itself when it builds the gradient graph (`ort_declares_grad_input`)."""
+    gone = set(removed)
+    info.onnx_graph_input_names = [graph_input.name for graph_input in post_export_model(info).graph.input]
+    info.onnx_graph_input_names_require_grad = [
+        *(input_name for input_name in info.onnx_graph_input_names_require_grad if input_name not in gone),
+        name,
+    ]
+    info.onnx_graph_input_names_user_defined = [*info.onnx_graph_input_names_user_defined, name]
+    if not ort_declares_grad_input:
+        info.onnx_graph_input_names_require_grad_user_defined = [
+            *info.onnx_graph_input_names_require_grad_user_defined,
+            name,
+        ]
+    info.onnx_graph_input_data_accessor_user_defined = {**info.onnx_graph_input_data_accessor_user_defined, name: data}
+
+
+_UNREGISTER_AT_EXIT: list[bool] = []
+
+
+def register_autograd_function(name: str, cls: type) -> None:
+    """Makes an autograd Function callable from PythonOps named `name`, as ORTModule registers those it exported.
+
+    ORT's registry must be emptied before the interpreter ends (or the process crashes at exit); ORTModule arranges
+    that only when it enables custom Functions itself, so it is arranged here too, once."""
+    import atexit
+
+    from onnxruntime.capi._pybind_state import register_torch_autograd_function, unregister_python_functions
+    from onnxruntime.training.ortmodule._custom_autograd_function_exporter import (
+        register_custom_function_schema_supplementary,
+    )
+
+    if not _UNREGISTER_AT_EXIT:
+        atexit.register(unregister_python_functions)
+        _UNREGISTER_AT_EXIT.append(True)
+    register_torch_autograd_function(name, cls)
+    register_custom_function_schema_supplementary(cls)

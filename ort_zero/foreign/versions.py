@@ -1,0 +1,7 @@
+"""The versions of each foreign package that ort_zero's patches and its reaches into private code were written for."""
+
+DEEPSPEED_VERSIONS = ">=0.19.8,<0.20"
+ORT_VERSIONS = "==1.19.2"
+# What ort_zero builds ORT 1.19.2's torch extensions for (stack/extension_sources.py). Measured: 2.14.1 (pinned);
+# 2.15.0 builds the same sources.
+TORCH_VERSIONS = ">=2.13,<2.16"
