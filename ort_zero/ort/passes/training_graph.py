@@ -1,5 +1,6 @@
-"""A read-only view of ORT's training graph for ort_zero's passes: producers, consumers, a stable topological
-order, and which nodes belong to the forward (feed the YieldOp) or to the backward (follow it)."""
+"""ORT's training graph as ort_zero's passes see it: producers, consumers, a stable topological order, and which
+nodes belong to the forward (feed the YieldOp) or to the backward (follow it). Reading it changes nothing; a pass
+writes its result back once, through `rebuild` (after which the view is stale)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
 class TrainingGraphView:
-    """Producers, consumers, a topological order, and which nodes are forward (feed the YieldOp) or backward."""
+    """Producers, consumers, a topological order, and which nodes are forward (feed the YieldOp) or backward; the
+    one write is `rebuild`."""
 
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.graph = graph
