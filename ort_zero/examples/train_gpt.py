@@ -19,12 +19,10 @@ import argparse
 import csv
 import hashlib
 import json
-import math
 import os
 import sys
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +36,18 @@ from ort_zero import settings
 from ort_zero.data import load_corpus, sample_batch
 from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
+from ort_zero.examples.rank_run import (
+    LOST_CONTACT_EXIT,
+    UsageError,
+    collective_timeout,
+    configure_threads,
+    lost_contact,
+    report_lost_contact,
+)
 from ort_zero.models import GPT, GPTConfig
 
 FALLBACK_ENV = "ORTMODULE_FALLBACK_POLICY"
-TIMEOUT_ENV = "ORT_ZERO_COLLECTIVE_TIMEOUT"  # seconds a collective waits for the other ranks
-DEFAULT_TIMEOUT_S = 600.0
-LOST_CONTACT_EXIT = 1
 CSV_HEADER = ["step", "loss", "time_ms"]
-
-
-class UsageError(ValueError):
-    """Arguments that cannot work together; reported as one line and exit code 2."""
 
 
 @dataclass
@@ -211,47 +210,6 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def configure_threads() -> None:
-    """Share this machine's cores among the ranks on it; several ranks with all cores each oversubscribe the CPU."""
-    if "OMP_NUM_THREADS" in os.environ:
-        return  # torch already follows it
-    # torchrun, the deepspeed launcher and Open MPI each name the number of ranks on this node differently.
-    names = ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
-    local_ranks = next((int(os.environ[name]) for name in names if os.environ.get(name)), 1)
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_ranks))
-
-
-def collective_timeout() -> timedelta:
-    """How long a collective waits for the other ranks before it fails: a rank that hangs (as opposed to one that
-    dies, which gloo notices at once) ends the run after this instead of blocking the others forever."""
-    value = os.environ.get(TIMEOUT_ENV, str(DEFAULT_TIMEOUT_S))
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise UsageError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {value!r}")
-    return timedelta(seconds=seconds)
-
-
-def lost_contact(error: RuntimeError) -> bool:
-    """Whether a collective failed because another rank is gone or stuck: gloo's transport errors (peer closed the
-    connection, send/recv timed out) and torch's distributed errors (NCCL watchdog, store). Anything else is a bug
-    whose traceback must be shown."""
-    return isinstance(error, dist.DistError) or "gloo/transport/" in str(error)
-
-
-def report_lost_contact(error: RuntimeError, rank: int, step: int | None) -> None:
-    where = f"during step {step}" if step is not None else "outside the training steps"
-    detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-    print(
-        f"train_gpt: error (rank {rank}): lost contact with another rank {where} ({detail}); "
-        "a rank died or the network failed",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
 def build_model(args: argparse.Namespace) -> torch.nn.Module:
     """The same initial weights on every rank (seeded here); wrapped in ORTModule for --ort."""
     torch.manual_seed(args.seed)
@@ -316,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as error:
         if not lost_contact(error):
             raise
-        report_lost_contact(error, rank, trainer.current_step if trainer else None)
+        report_lost_contact("train_gpt", error, rank, trainer.current_step if trainer else None)
         return LOST_CONTACT_EXIT
     return 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ort_zero.data import CorpusWindows
-from ort_zero.examples import train_hf
+from ort_zero.examples import hf_models, train_hf
 
 CONFIGS = Path(__file__).resolve().parents[3] / "ds_configs"
 HF_CONFIG = str(CONFIGS / "zero3_hf_auto.json")
@@ -48,7 +48,7 @@ def test_model_config_is_small_whatever_the_names(model_type: str) -> None:
     """Each type names its sizes its own way (n_embd, ffn_dim, head_dim, rotary_dim...): all come out small, and
     valid (transformers 5 checks that `layer_types` has one entry per layer)."""
     args = train_hf.parse_args(["--deepspeed", HF_CONFIG, "--model-type", model_type, "--hidden-size", "32"])
-    config = train_hf.model_config(args)
+    config = hf_models.model_config(args)
     assert config.vocab_size == 256 and config.hidden_size == 32 and config.num_hidden_layers == 2
     for name in ("head_dim", "rotary_dim"):
         assert getattr(config, name, 8) == 8, name
