@@ -7,6 +7,7 @@ import logging
 import os
 
 from . import patches, settings
+from .ort_import import prepare_for_ort
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +22,7 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
     hands each parameter gradient to PyTorch as soon as ORT computes it; None keeps the current setting (or ORT's
     ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1).
     """
+    prepare_for_ort()
     patches.apply_group("zero3")
     if ort_training_installed():
         if "ORTMODULE_FALLBACK_POLICY" not in os.environ:
@@ -67,6 +69,7 @@ def ort_training_installed() -> bool:
 
 
 def enable_from_environment() -> None:
-    """Honour ORT's own switch: importing ort_zero with ORTMODULE_ENABLE_ZERO_STAGE3=1 enables it."""
+    """Honour ORT's own switch: with ORTMODULE_ENABLE_ZERO_STAGE3=1, ort_zero is enabled once ONNX Runtime is
+    imported (after `import ort_zero`)."""
     if os.environ.get(_ZERO3_ENV) == "1":
         enable_zero3()

@@ -88,9 +88,9 @@ def feature_table_unless_zero3(original: Callable) -> Callable:
 
 
 def quiet_imports() -> None:
-    """At `import ort_zero`, before ORT is imported: the import-time notes that concern no user of ort_zero (filters
-    only; nothing is imported). Besides the two about CUDA: ORT's own ZeRO-3 subscriber (replaced by ort_zero's,
-    never used) fails to import on DeepSpeed >= 0.14 and warns about it whenever ORTModule is imported."""
+    """Before ORT is first imported (`ort_zero.ort_import`): the import-time notes that concern no user of ort_zero
+    (filters only; nothing is imported). Besides the two about CUDA: ORT's own ZeRO-3 subscriber (replaced by
+    ort_zero's, never used) fails to import on DeepSpeed >= 0.14 and warns about it whenever ORTModule is imported."""
     logging.getLogger("torch.utils.cpp_extension").addFilter(_NO_CUDA_RUNTIME)
     warnings.filterwarnings("ignore", message=f"WARNING: {NO_CUDART_VERSION}")
     warnings.filterwarnings("ignore", message="DeepSpeed import error cannot import name '_apply_to_tensors_only'")

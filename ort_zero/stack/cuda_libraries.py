@@ -10,7 +10,7 @@ carry version tags, so they live beside torch's CUDA 12 libraries in one process
     python -m ort_zero.stack.cuda_libraries install   # download (cached in the venv) and install; idempotent
     python -m ort_zero.stack.cuda_libraries check     # every library the provider NEEDs, and where it resolves
 
-Imports only the standard library: `import ort_zero` calls `make_findable`.
+Imports only the standard library: `make_findable` runs before ORT is first imported (`ort_zero.ort_import`).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def preloaded() -> list[str]:
 
 
 def make_findable() -> None:
-    """At `import ort_zero`: on a machine with an NVIDIA driver and the libraries installed, preload them.
+    """Before ORT is first imported: on a machine with an NVIDIA driver and the libraries installed, preload them.
 
     Nothing happens elsewhere: without a driver ORT's provider could not start anyway. A larger CUDA JIT cache
     (unless set): ORT 1.19.2 has no sm_90 kernels, and H100s compile its PTX on first use (default cache 256 MiB)."""

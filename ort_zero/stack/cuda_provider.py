@@ -62,7 +62,7 @@ def why_cuda_provider_failed() -> str:
     if not cuda_libraries.preloaded():
         return (
             "the CUDA 11 libraries are installed but were not loaded before ORT's provider: import ort_zero before "
-            "the first ORT session"
+            "onnxruntime"
         )
     return (
         "ORT's CUDA provider loaded its libraries but could not start on this GPU (ORT's own error is logged above; "

@@ -199,7 +199,7 @@ def ensure() -> None:
 
 def smoke() -> None:
     """A tiny ORTModule forward/backward that must run in ORT: fallback disabled, ORT's session checked (with the
-    torch.onnx patches `import ort_zero` applies)."""
+    torch.onnx patches ort_zero applies when ORT is first imported)."""
     os.environ["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
     import torch
     from onnxruntime.training.ortmodule import ORTModule

@@ -16,7 +16,7 @@ LAYERS = [  # lowest first; a room imports its own layer's rooms or lower ones, 
     {"hooks", "stack"},
     {"zero3"},
     {"ort"},
-    {"patches", "api", "distributed"},
+    {"patches", "ort_import", "api", "distributed"},
     {"integrations"},
     {"cli", "examples", "tools", "models", "data"},  # front ends: nothing below imports them
     {"__init__"},

@@ -77,8 +77,10 @@ def test_the_loader_maps_each_preloaded_soname_to_the_target(scratch_target: Pat
     assert mapped == {name: expected[name] for name in [*cuda_names, "libnvrtc.so.11.2"]}
 
 
-def test_import_preloads_only_where_a_driver_is(scratch_target: Path) -> None:
-    code = "import ort_zero; from ort_zero.stack import cuda_libraries as c; print(c.driver_present(), c.preloaded())"
+def test_ort_import_preloads_only_where_a_driver_is(scratch_target: Path) -> None:
+    """Importing ORT after ort_zero preloads the libraries where a driver is, and nowhere else."""
+    code = "import ort_zero, onnxruntime; from ort_zero.stack import cuda_libraries as c; "
+    code += "print(c.driver_present(), c.preloaded())"
     env = dict(os.environ, ORT_ZERO_CUDA_HOME=str(scratch_target.parent))
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert child.returncode == 0, child.stderr
