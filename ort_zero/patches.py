@@ -116,49 +116,52 @@ def _during_export() -> Any:
     return applied("ort_export")
 
 
-_ort(
-    "ort", "ort.configure_ort_compatible_zero_stage3", "onnxruntime.training.utils.hooks",
-    "configure_ort_compatible_zero_stage3",
-    "ORTModule calls it when ORTMODULE_ENABLE_ZERO_STAGE3=1; it fails on DeepSpeed >= 0.14 (rebinds closures "
-    "DeepSpeed renamed). ort_zero's subscriber replaces it.",
-    _deferred(lambda: _integration().configure_hooks),
-)  # fmt: skip
-_ort(
-    "ort", "ort.stage3_export_context", _GTM, "stage3_export_context",
-    "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
-    "full-sized stand-ins for partitioned parameters without running collectives.",
-    _deferred(lambda: functools.partial(_integration().export_context, during_export=_during_export)),
-)  # fmt: skip
-_ort(
-    "ort", "ort.parse_outputs_for_onnx_export_and_extract_schema", _IO,
-    "parse_outputs_for_onnx_export_and_extract_schema",
-    "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
-    _deferred(lambda: functools.partial(_integration().schema_forward, during_export=_during_export)),
-)  # fmt: skip
-_ort(
-    "ort", "ort.can_module_be_deep_cloned", _IO, "can_module_be_deep_cloned",
-    "deep copies of ZeRO-3 parameters lose ds_* attributes and break the hooks.",
-    _deferred(lambda: _integration().deep_clone_check),
-)  # fmt: skip
-_ort(
-    "ort", "ort.post_export_process", f"{_GTM}:GraphTransitionManager", "_post_export_process",
-    "ORT's stage-3 rewrite leaves removed parameters in ORTModule's input lists and never feeds the trigger; "
-    "ort_zero runs its own passes and keeps the lists in step.",
-    _deferred(lambda: _integration().post_export_process),
-)  # fmt: skip
-_ort(
-    "ort", "ort.loud_fallback", f"{_ORTM}._fallback:_FallbackManager", "fallback",
-    "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
-    "ort_zero announces it on every rank.",
-    _deferred(lambda: _integration().loud_fallback),
-)  # fmt: skip
-_ort(
-    "ort", "ort.session_options", _GEM, "_get_session_config",
-    "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
-    "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
-    "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
-    _deferred(lambda: _integration().session_options),
-)  # fmt: skip
+for _name, _owner, _attribute, _reason, _factory in [
+    (
+        "ort.configure_ort_compatible_zero_stage3", "onnxruntime.training.utils.hooks",
+        "configure_ort_compatible_zero_stage3",
+        "ORTModule calls it when ORTMODULE_ENABLE_ZERO_STAGE3=1; it fails on DeepSpeed >= 0.14 (rebinds closures "
+        "DeepSpeed renamed). ort_zero's subscriber replaces it.",
+        _deferred(lambda: _integration().configure_hooks),
+    ),
+    (
+        "ort.stage3_export_context", _GTM, "stage3_export_context",
+        "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
+        "full-sized stand-ins for partitioned parameters without running collectives.",
+        _deferred(lambda: functools.partial(_integration().export_context, during_export=_during_export)),
+    ),
+    (
+        "ort.parse_outputs_for_onnx_export_and_extract_schema", _IO,
+        "parse_outputs_for_onnx_export_and_extract_schema",
+        "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
+        _deferred(lambda: functools.partial(_integration().schema_forward, during_export=_during_export)),
+    ),
+    (
+        "ort.can_module_be_deep_cloned", _IO, "can_module_be_deep_cloned",
+        "deep copies of ZeRO-3 parameters lose ds_* attributes and break the hooks.",
+        _deferred(lambda: _integration().deep_clone_check),
+    ),
+    (
+        "ort.post_export_process", f"{_GTM}:GraphTransitionManager", "_post_export_process",
+        "ORT's stage-3 rewrite leaves removed parameters in ORTModule's input lists and never feeds the trigger; "
+        "ort_zero runs its own passes and keeps the lists in step.",
+        _deferred(lambda: _integration().post_export_process),
+    ),
+    (
+        "ort.loud_fallback", f"{_ORTM}._fallback:_FallbackManager", "fallback",
+        "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
+        "ort_zero announces it on every rank.",
+        _deferred(lambda: _integration().loud_fallback),
+    ),
+    (
+        "ort.session_options", _GEM, "_get_session_config",
+        "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
+        "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
+        "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
+        _deferred(lambda: _integration().session_options),
+    ),
+]:  # fmt: skip
+    _ort("ort", _name, _owner, _attribute, _reason, _factory)
 
 
 def _plain_linear_in_export(current: Any) -> Any:
