@@ -138,10 +138,9 @@ def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:
 def deepspeed_line(report: Report, requirements: dict[str, Requirement]) -> str:
     import torch
 
-    from ort_zero.foreign import deepspeed as ds_internals
+    from ort_zero.foreign.deepspeed import accelerator_name
 
-    version = check_pin(report, requirements, "deepspeed")
-    accelerator = ds_internals.accelerator_name()
+    version, accelerator = check_pin(report, requirements, "deepspeed"), accelerator_name()
     chosen = f"DS_ACCELERATOR={os.environ['DS_ACCELERATOR']}" if "DS_ACCELERATOR" in os.environ else "auto-detected"
     if accelerator == "cuda" and not torch.cuda.is_available():
         report.problem("DeepSpeed picked the cuda accelerator but CUDA is not usable: set DS_ACCELERATOR=cpu")
