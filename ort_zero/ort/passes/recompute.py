@@ -71,6 +71,12 @@ class RecomputeReport:
                 "(children of a ModuleList/Sequential of like modules) whose backward reads their activations",
                 self.level,
             )
+        if self.kept:
+            logger.warning(
+                "ort_zero: recompute keeps %d values from the forward to the backward: %s",
+                len(self.kept),
+                "; ".join(self.kept[:5]),
+            )
 
 
 def run(training: TrainingGraph) -> RecomputeReport:
@@ -108,12 +114,6 @@ def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:
         view.rebuild(new_nodes)
         register_function(RecomputeStartBridge)
         register_function(RecomputeParamsBridge)
-    if report.kept:
-        logger.warning(
-            "ort_zero: recompute keeps %d values from the forward to the backward: %s",
-            len(report.kept),
-            "; ".join(report.kept[:5]),
-        )
     return report
 
 
