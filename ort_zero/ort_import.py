@@ -9,6 +9,7 @@ imported, ORT's own switch ORTMODULE_ENABLE_ZERO_STAGE3=1 enables ort_zero (the 
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import sys
@@ -21,14 +22,11 @@ from .ort.console import quiet_imports
 from .stack.cuda_libraries import make_findable
 
 ORT_PACKAGE = "onnxruntime"
-_prepared: list[bool] = []
 
 
+@functools.cache
 def prepare_for_ort() -> None:
-    """Everything ORT's modules need from ort_zero before they run; idempotent."""
-    if _prepared:
-        return
-    _prepared.append(True)
+    """Everything ORT's modules need from ort_zero before they run; once per process."""
     quiet_imports()
     patches.apply_group("torch_onnx")
     make_findable()
@@ -37,7 +35,8 @@ def prepare_for_ort() -> None:
 class _BeforeOrt(importlib.abc.MetaPathFinder):
     """Prepares for ORT when the `onnxruntime` package is looked for; once its loader has run, `then`."""
 
-    then: Callable[[], None] = staticmethod(lambda: None)
+    def __init__(self) -> None:
+        self.then: Callable[[], None] = lambda: None
 
     def find_spec(self, name: str, path: Any = None, target: ModuleType | None = None) -> Any:
         if name != ORT_PACKAGE:

@@ -11,6 +11,7 @@ input bookkeeping of a post-export model info (`add_graph_input`), and ort_zero'
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -145,23 +146,24 @@ def add_graph_input(
     info.onnx_graph_input_data_accessor_user_defined = {**info.onnx_graph_input_data_accessor_user_defined, name: data}
 
 
-_UNREGISTER_AT_EXIT: list[bool] = []
-
-
 def register_autograd_function(name: str, cls: type) -> None:
-    """Makes an autograd Function callable from PythonOps named `name`, as ORTModule registers those it exported.
-
-    ORT's registry must be emptied before the interpreter ends (or the process crashes at exit); ORTModule arranges
-    that only when it enables custom Functions itself, so it is arranged here too, once."""
-    import atexit
-
-    from onnxruntime.capi._pybind_state import register_torch_autograd_function, unregister_python_functions
+    """Makes an autograd Function callable from PythonOps named `name`, as ORTModule registers those it exported."""
+    from onnxruntime.capi._pybind_state import register_torch_autograd_function
     from onnxruntime.training.ortmodule._custom_autograd_function_exporter import (
         register_custom_function_schema_supplementary,
     )
 
-    if not _UNREGISTER_AT_EXIT:
-        atexit.register(unregister_python_functions)
-        _UNREGISTER_AT_EXIT.append(True)
+    _empty_registry_at_exit()
     register_torch_autograd_function(name, cls)
     register_custom_function_schema_supplementary(cls)
+
+
+@functools.cache
+def _empty_registry_at_exit() -> None:
+    """ORT's Function registry must be emptied before the interpreter ends (or the process crashes at exit);
+    ORTModule arranges that only when it enables custom Functions itself, so it is arranged here too, once."""
+    import atexit
+
+    from onnxruntime.capi._pybind_state import unregister_python_functions
+
+    atexit.register(unregister_python_functions)
