@@ -241,6 +241,13 @@ _ort(
     "which keeps the patch reversible.",
     _deferred(lambda: _integration().graph_optimizers),
 )  # fmt: skip
+_ort(
+    "ort", "ort.graph_built_by", f"{_ORTM}._training_manager:TrainingManager", "_build_graph",
+    "ORT's graph-optimizer registry is told only the model's class name: while a TrainingManager builds its graph "
+    "ort_zero notes which, so the training-graph passes' buffer plans stay with that model (a model that falls "
+    "back forgets its own, not every model's).",
+    _deferred(lambda: _integration().graph_built_by),
+)  # fmt: skip
 
 
 def _trimmed_after_backward(replaced: Any) -> Any:

@@ -1,7 +1,9 @@
 """DeepSpeed's internals that ort_zero reads and writes (deepspeed `versions.DEEPSPEED_VERSIONS`).
 
 Read: the parameter coordinator's private `__inflight_param_registry` (prefetches in flight) and `_invalidate_trace`,
-a module's `_external_params`, the accelerator's `_name`. Written: the fields of `DeepSpeedZeRoOffload` that its own
+a module's `_external_params`, the accelerator's `_name`, the ZeRO-3 optimizer behind a parameter's gradient hook (a
+closure DeepSpeed registers) and its private `__reduce_and_partition_ipg_grads` (reduce the gradients held in the
+bucket now). Written: the fields of `DeepSpeedZeRoOffload` that its own
 `setup_zero_stage3_hooks` sets (ort_zero replaces that method) and the module-level `FWD_MODULE_STACK` that
 DeepSpeed's forward hooks push and pop.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from . import torch as torch_internals
 
 
 def forward_module_stack() -> list[torch.nn.Module]:
@@ -55,3 +59,27 @@ def accelerator_name() -> str:
     from deepspeed.accelerator import get_accelerator
 
     return get_accelerator()._name
+
+
+def stage3_optimizer_behind(param: torch.nn.Parameter) -> Any | None:
+    """The ZeRO-3 optimizer whose gradient hook `param` carries, or None.
+
+    DeepSpeed registers its post-accumulate hook as a closure over the optimizer (`self`), wrapped by
+    `instrument_w_nvtx`; nothing else links a parameter, or the offload ort_zero hooks, to its optimizer.
+    """
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+
+    pending = list(torch_internals.post_accumulate_grad_hooks(param))
+    for _ in range(3):  # the hook, the function it wraps, the closure that function was made in
+        found = [cell.cell_contents for fn in pending for cell in getattr(fn, "__closure__", None) or ()]
+        for value in found:
+            if isinstance(value, DeepSpeedZeroOptimizer_Stage3):
+                return value
+        pending = [value for value in found if callable(value)]
+    return None
+
+
+def reduce_bucketed_gradients(optimizer: Any, param: torch.nn.Parameter) -> None:
+    """The optimizer reduce-scatters the gradients waiting in `param`'s bucket now, as it would when the next one
+    arrives, and lets go of them."""
+    optimizer._DeepSpeedZeroOptimizer_Stage3__reduce_and_partition_ipg_grads(optimizer.get_param_comm_dtype(param))

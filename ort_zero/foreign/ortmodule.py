@@ -83,6 +83,21 @@ def mark(ort_object: Any, name: str) -> bool:
     return marked
 
 
+def keep_for_fallback(manager: Any, name: str, value: Any) -> Any:
+    """Keeps `value` on the fallback manager of `manager`'s ORTModule (one per model) under `name`; returns what
+    was kept there before."""
+    fallback_manager = manager._fallback_manager
+    attribute = f"_ort_zero_{name}"
+    previous = getattr(fallback_manager, attribute, None)
+    setattr(fallback_manager, attribute, value)
+    return previous
+
+
+def kept_for_fallback(fallback_manager: Any, name: str) -> Any:
+    """What `keep_for_fallback` kept on `fallback_manager` under `name`, or None."""
+    return getattr(fallback_manager, f"_ort_zero_{name}", None)
+
+
 def memory_optimizer_requested(manager: Any) -> tuple[int, str]:
     """ORT's memory optimizer settings for the session to be built: (level, plan config path)."""
     options = manager._runtime_options

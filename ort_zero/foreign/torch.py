@@ -1,7 +1,9 @@
 """torch's internals that ort_zero reads (torch `versions.TORCH_VERSIONS`).
 
 Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it does not own), a module's
-`_backward_hooks`, and the private module `torch.utils._pytree` (the nested-structure walker FSDP2 uses too). The
+`_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs), and the
+private modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and `torch._subclasses` (fake
+tensors, as torch.export traces with them). The
 exporter's private modules ORTModule imports are `ort_zero.patches`' (torch_onnx group).
 """
 
@@ -22,3 +24,20 @@ def unowned_storage(data_ptr: int, device: torch.device, nbytes: int) -> torch.U
 def full_backward_hooks(module: torch.nn.Module) -> list[Callable[..., Any]]:
     """The backward hooks registered on `module` (`register_full_backward_hook`)."""
     return list(module._backward_hooks.values())
+
+
+def tensor_grad_hooks(tensor: torch.Tensor) -> list[Callable[..., Any]]:
+    """The hooks `tensor.register_hook` added: AccumulateGrad runs them on a gradient before accumulating it."""
+    return list((tensor._backward_hooks or {}).values())
+
+
+def post_accumulate_grad_hooks(tensor: torch.Tensor) -> list[Callable[..., Any]]:
+    """The hooks `tensor.register_post_accumulate_grad_hook` added, in order (AccumulateGrad runs them last)."""
+    return list((getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values())
+
+
+def fake_tensors() -> Any:
+    """A context in which ops compute only shapes and dtypes; real tensors met inside (parameters) become fake."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)

@@ -17,6 +17,7 @@ its outputs and gradients are then `borrowed` views, or copies where ORT plans a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,29 +26,53 @@ from ..foreign import torch as torch_internals
 from ..python_op import alias_maps, function_name
 from .export_mode import is_exporting
 
-# Set by `ort_zero.ort.passes.passthrough_buffers` from ORT's plan of a training graph, per PythonOp (Function name,
-# integer arguments): whose outputs ORT plans in their inputs' buffers (they return borrowed views), whose it plans in
-# buffers of their own (they return copies), and for each the tensor inputs whose gradient ORT plans in the output
-# gradient's buffer (borrowed; their other gradients are copies).
 PythonOpKey = tuple[str, tuple[int, ...]]
-_BORROWED_OUTPUTS: set[PythonOpKey] = set()
-_COPIED_OUTPUTS: set[PythonOpKey] = set()
-_BORROWED_GRADS: dict[PythonOpKey, frozenset[int]] = {}
+"""A PythonOp as its Python call sees it: the Function's name and its integer arguments."""
 
 
-def plan_outputs(name: str, scalars: tuple[int, ...], *, copied: bool, borrowed_grads: frozenset[int]) -> None:
-    """How the PythonOp of Function `name` with integer arguments `scalars` returns its tensors from now on."""
-    key = (name, scalars)
-    (_COPIED_OUTPUTS if copied else _BORROWED_OUTPUTS).add(key)
-    (_BORROWED_OUTPUTS if copied else _COPIED_OUTPUTS).discard(key)
-    _BORROWED_GRADS[key] = borrowed_grads
+@dataclass(frozen=True)
+class OpPlan:
+    """How ORT planned one PythonOp: its outputs in buffers of their own (`copied`: the Function returns copies) or
+    in its inputs' (borrowed views), and the tensor inputs whose gradient ORT plans in the output gradient's buffer
+    (borrowed; the other gradients are copies)."""
+
+    copied: bool
+    borrowed_grads: frozenset[int]
 
 
-def forget_plans() -> None:
-    """Back to PyTorch's views everywhere (a model that falls back to PyTorch must not borrow ORT's memory)."""
-    _BORROWED_OUTPUTS.clear()
-    _COPIED_OUTPUTS.clear()
-    _BORROWED_GRADS.clear()
+class BufferPlans:
+    """ORT's buffer plan for the pass-through PythonOps of one training graph (`ort_zero.ort.passes.
+    passthrough_buffers` makes it). The Functions find their PythonOp's plan by key while the plan lasts; it is
+    forgotten with its model's ORT graphs (the model falls back to PyTorch, whose views must own their memory)."""
+
+    def __init__(self) -> None:
+        self._keys: set[PythonOpKey] = set()
+
+    def plan(self, name: str, scalars: tuple[int, ...], *, copied: bool, borrowed_grads: frozenset[int]) -> None:
+        """How the PythonOp of Function `name` with integer arguments `scalars` returns its tensors from now on."""
+        key = (name, scalars)
+        _PLANS[key] = (self, OpPlan(copied, borrowed_grads))
+        self._keys.add(key)
+
+    def planned(self, name: str, scalars: tuple[int, ...]) -> OpPlan | None:
+        """This graph's plan for the PythonOp, if it made one and no newer graph replaced it."""
+        entry = _PLANS.get((name, scalars))
+        return entry[1] if entry and entry[0] is self else None
+
+    def forget(self) -> None:
+        """Back to PyTorch's views for this graph's PythonOps (plans a newer graph made for them stay)."""
+        for key in self._keys:
+            if _PLANS.get(key, (None,))[0] is self:
+                del _PLANS[key]
+        self._keys.clear()
+
+
+_PLANS: dict[PythonOpKey, tuple[BufferPlans, OpPlan]] = {}
+
+
+def _plan_of(key: PythonOpKey) -> OpPlan | None:
+    entry = _PLANS.get(key)
+    return entry[1] if entry else None
 
 
 def borrowed(tensor: torch.Tensor) -> torch.Tensor:
@@ -64,23 +89,23 @@ def passed_through(
     ctx: Any, function: type, scalars: tuple[int, ...], tensors: tuple[torch.Tensor, ...]
 ) -> tuple[torch.Tensor, ...]:
     """The pass-through outputs of `function(*scalars, *tensors)`, remembering what its backward needs."""
-    key = (function_name(function), scalars)
+    plan = _plan_of((function_name(function), scalars))
     ctx.set_materialize_grads(False)
     ctx.input_meta = [
         (t.shape, t.dtype, t.device) if wanted else None
         for t, wanted in zip(tensors, ctx.needs_input_grad[len(scalars) :], strict=False)
     ]
-    ctx.borrowed_grads = _BORROWED_GRADS.get(key)
+    ctx.borrowed_grads = plan.borrowed_grads if plan else None
     if is_exporting():
         # A forward run by PyTorch to trace or read the schema (e.g. the inference graph's export after training):
         # no ORT buffer owns these tensors, so a borrowed view would outlive its memory.
         ctx.borrowed_grads = None
         return tuple(t.detach() for t in tensors)
-    if key in _COPIED_OUTPUTS:
+    if plan is None:
+        return tuple(t.detach() for t in tensors)
+    if plan.copied:
         return tuple(t.detach().clone() for t in tensors)
-    if key in _BORROWED_OUTPUTS:
-        return tuple(borrowed(t) for t in tensors)
-    return tuple(t.detach() for t in tensors)
+    return tuple(borrowed(t) for t in tensors)
 
 
 def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.Tensor | None]:

@@ -6,7 +6,7 @@ key (see `state.py`) and never run a collective while the model is being traced 
 
     StepStartBridge    outermost inputs     forward: coordinator reset_step
     PreForwardBridge   module inputs        forward: gather params (+ return them full-sized for ORT)
-                                            backward: param.backward(grad) for ORT, then release after backward
+                                            backward: ORT's param grads to DeepSpeed, then release after backward
     PostForwardBridge  module outputs       forward: release params; backward: gather for the module's backward
 
 The bridges that only ORT graphs have live beside the passes that insert them: `BackwardParamsBridge`
@@ -26,6 +26,7 @@ from .. import python_op
 from ..foreign import deepspeed as ds_internals
 from ..foreign import torch as torch_internals
 from ..hooks import is_exporting, passthrough
+from . import grad_handoff
 from . import state as zero3_state
 
 
@@ -49,7 +50,7 @@ class PreForwardBridge(torch.autograd.Function):
     `tensors` are the module's input tensors followed, in an exported graph only, by one tensor per partitioned
     parameter. With those, the bridge returns the full-sized parameters after the inputs; the graph rewrite makes
     the module's ops read them, so their gradients come back here and are handed to PyTorch with
-    `param.backward(grad)` while the parameters are still gathered, firing DeepSpeed's reduce-scatter hooks.
+    DeepSpeed's gradient hooks while the parameters are still gathered (`grad_handoff`).
     """
 
     @staticmethod
@@ -81,7 +82,7 @@ class PreForwardBridge(torch.autograd.Function):
         if param_grads:
             for param, grad in zip(module_state.bridged_params(), param_grads, strict=False):
                 if grad is not None and param.requires_grad:
-                    param.backward(grad)
+                    grad_handoff.hand_over(param, grad)
             if z3_leaf_module(module_state.module):
                 _run_leaf_reduce_hooks(module_state.module)
         if ctx.counted:

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 import onnx
 import torch
 
+from ...hooks.passthrough import BufferPlans
+
 
 class PassReport(Protocol):
     """What a pass did to one graph; it says so itself, on its pass's logger (nothing when it did nothing)."""
@@ -41,6 +43,8 @@ class TrainingGraph:
     graph: onnx.GraphProto
     recompute_level: int
     provided: set[str] = field(default_factory=set)
+    # how ORT plans the pass-through PythonOps' memory here (passthrough_buffers); the model's ORTModule keeps it
+    buffer_plans: BufferPlans = field(default_factory=BufferPlans)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ input does, kept that memory alive until the run ended, after the backward: ever
 boundary. Measured: ORT-ZeRO3 with layer-wise recompute held 142 MiB per rank from forward to backward, native
 ZeRO-3 with checkpointing 11; with this pass 12.
 
-So the pass fixes, per PythonOp, where ORT plans its outputs and gradients, and tells the Function
-(`hooks.passthrough.plan_outputs`), which then returns views that own nothing (`hooks.passthrough.borrowed`) where
+So the pass fixes, per PythonOp, where ORT plans its outputs and gradients, and tells the Function (in the graph's
+`hooks.passthrough.BufferPlans`), which then returns views that own nothing (`hooks.passthrough.borrowed`) where
 ORT plans an alias and copies where ORT plans a buffer of their own (which also keeps ORT's PythonOp kernel from
 copying them itself, announced on stdout):
 - forward: as each Function's alias map says, except for the PythonOps that feed the YieldOp (ORT plans no alias
@@ -19,7 +19,8 @@ copying them itself, announced on stdout):
 - backward: each passed-through gradient is planned in its output gradient's buffer where that gradient exists in
   every gradient node of the same PythonOp (Function and integer arguments: its Python call cannot tell the nodes
   apart) and is not a graph output; other gradients are copies.
-A model that falls back to PyTorch forgets the plans (`ort.integration.loud_fallback`).
+A model that falls back to PyTorch forgets its graph's plans (`ort.integration.loud_fallback`); other models keep
+theirs.
 """
 
 from __future__ import annotations
@@ -66,15 +67,15 @@ class BufferPlan:
 
 def run(training: TrainingGraph) -> BufferPlan:
     """The pass's entry (see `plan_passthrough_buffers`)."""
-    return plan_passthrough_buffers(training.graph)
+    return plan_passthrough_buffers(training.graph, training.buffer_plans)
 
 
 # Last: it plans the PythonOps every earlier pass inserted.
 PASS = GraphPass("passthrough_buffers", run, needs=frozenset({"backward_regathers", "recomputed_regions"}))
 
 
-def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
-    """Fix how ort_zero's PythonOps in `graph` return their tensors (see the module docstring)."""
+def plan_passthrough_buffers(graph: onnx.GraphProto, plans: passthrough.BufferPlans) -> BufferPlan:
+    """Fix how ort_zero's PythonOps in `graph` return their tensors, in `plans` (see the module docstring)."""
     forward = [node for node in graph.node if function_name_of(node) in PASS_THROUGH_FUNCTIONS]
     by_ctx = {node.output[0]: node for node in forward}
     gradient = [
@@ -115,7 +116,7 @@ def plan_passthrough_buffers(graph: onnx.GraphProto) -> BufferPlan:
         set_ints_attribute(node, _REUSE, backward_map)
         plan.borrowed_grads += sum(1 for index in backward_map if index >= 0)
     for key, tensor_inputs in borrowable.items():
-        passthrough.plan_outputs(*key, copied=key in copied, borrowed_grads=frozenset(tensor_inputs))
+        plans.plan(*key, copied=key in copied, borrowed_grads=frozenset(tensor_inputs))
     return plan
 
 

@@ -5,8 +5,10 @@ graph, views that own nothing where ORT's buffers own the memory, copies where O
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 
 from ort_zero.hooks import exporting, passthrough
@@ -23,6 +25,14 @@ class Through(torch.autograd.Function):
         return passthrough.passed_through(ctx, EndStep, (key,), tensors)
 
     backward = staticmethod(passthrough.keyed_backward)
+
+
+@pytest.fixture
+def plans() -> Iterator[passthrough.BufferPlans]:
+    """One training graph's plans, forgotten after the test."""
+    made = passthrough.BufferPlans()
+    yield made
+    made.forget()
 
 
 def _use_count(tensor: torch.Tensor) -> int:
@@ -54,9 +64,9 @@ def test_without_a_plan_outputs_are_views_that_keep_their_memory_and_gradients_p
     assert torch.equal(tensor.grad, grad)
 
 
-def test_planned_outputs_are_borrowed_or_copied() -> None:
-    passthrough.plan_outputs(NAME, (7002,), copied=False, borrowed_grads=frozenset())
-    passthrough.plan_outputs(NAME, (7003,), copied=True, borrowed_grads=frozenset())
+def test_planned_outputs_are_borrowed_or_copied(plans: passthrough.BufferPlans) -> None:
+    plans.plan(NAME, (7002,), copied=False, borrowed_grads=frozenset())
+    plans.plan(NAME, (7003,), copied=True, borrowed_grads=frozenset())
     tensor = torch.ones(3)
     (borrowed,) = Through.apply(7002, tensor)
     (copied,) = Through.apply(7003, tensor)
@@ -64,8 +74,10 @@ def test_planned_outputs_are_borrowed_or_copied() -> None:
     assert copied.data_ptr() != tensor.data_ptr() and torch.equal(copied, tensor)
 
 
-def test_planned_gradients_are_borrowed_where_ort_planned_them_copied_elsewhere_zeros_where_missing() -> None:
-    passthrough.plan_outputs(NAME, (7004,), copied=False, borrowed_grads=frozenset({0}))
+def test_planned_gradients_are_borrowed_where_ort_planned_them_copied_elsewhere_zeros_where_missing(
+    plans: passthrough.BufferPlans,
+) -> None:
+    plans.plan(NAME, (7004,), copied=False, borrowed_grads=frozenset({0}))
     inputs = (torch.ones(2, requires_grad=True), torch.ones(4, requires_grad=True), torch.ones(5, requires_grad=True))
     outputs = Through.apply(7004, *inputs)
     seen: list[torch.Tensor] = []
@@ -80,18 +92,33 @@ def test_planned_gradients_are_borrowed_where_ort_planned_them_copied_elsewhere_
     assert torch.equal(by_size[5], torch.zeros(5))
 
 
-def test_forgetting_the_plans_brings_pytorchs_views_back() -> None:
-    passthrough.plan_outputs(NAME, (7005,), copied=False, borrowed_grads=frozenset({0}))
-    passthrough.forget_plans()
+def test_forgetting_a_graphs_plans_brings_pytorchs_views_back_for_its_python_ops_only() -> None:
+    """A model that falls back forgets its own graph's plans; another model's, and a newer graph's plan for the
+    same PythonOp (the model was exported again), stay."""
+    falling_back, other, older, newer = (passthrough.BufferPlans() for _ in range(4))
+    falling_back.plan(NAME, (7005,), copied=False, borrowed_grads=frozenset())
+    other.plan(NAME, (7007,), copied=False, borrowed_grads=frozenset())
+    older.plan(NAME, (7008,), copied=True, borrowed_grads=frozenset())
+    newer.plan(NAME, (7008,), copied=False, borrowed_grads=frozenset())
+    falling_back.forget()
+    older.forget()
     tensor = torch.ones(3)
-    (output,) = Through.apply(7005, tensor)
-    assert storage_owners(tensor) >= 2 and output.data_ptr() == tensor.data_ptr()
+    try:
+        (viewed,) = Through.apply(7005, tensor)
+        assert storage_owners(tensor) >= 2 and viewed.data_ptr() == tensor.data_ptr()
+        del viewed
+        for key in (7007, 7008):
+            (borrowed,) = Through.apply(key, tensor)
+            assert borrowed.data_ptr() == tensor.data_ptr() and storage_owners(borrowed) == 1
+    finally:
+        other.forget()
+        newer.forget()
 
 
-def test_a_forward_run_for_an_export_never_borrows() -> None:
+def test_a_forward_run_for_an_export_never_borrows(plans: passthrough.BufferPlans) -> None:
     """The inference graph's export runs the bridges in PyTorch after ORT planned them for training: a borrowed view
     of a tensor that PyTorch frees would read freed memory (falcon corrupted the heap that way)."""
-    passthrough.plan_outputs(NAME, (7006,), copied=False, borrowed_grads=frozenset({0}))
+    plans.plan(NAME, (7006,), copied=False, borrowed_grads=frozenset({0}))
     tensor = torch.ones(3, requires_grad=True)
     owners = storage_owners(tensor)
     with exporting():

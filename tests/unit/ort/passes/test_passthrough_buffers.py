@@ -62,7 +62,8 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     ]
     graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("d_h", onnx.TensorProto.FLOAT, None)])
 
-    plan = plan_passthrough_buffers(graph)
+    plans = passthrough.BufferPlans()
+    plan = plan_passthrough_buffers(graph, plans)
     by_name = {node.name: node for node in graph.node}
 
     assert plan.python_ops == 3  # not the foreign Function's, nor ort_zero's that do not pass through
@@ -72,8 +73,8 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     assert plan.copied_outputs == ["outer"]
     assert ints_attribute(by_name["outer"], REUSE) == [-1, -1, -1]
     assert ints_attribute(by_name["inner"], REUSE) == [-1, 0, 1]
-    assert (POST, (302,)) in passthrough._COPIED_OUTPUTS and (POST, (301,)) in passthrough._BORROWED_OUTPUTS
-    assert (function_name(ParamPull), (304,)) not in passthrough._BORROWED_OUTPUTS
+    assert plans.planned(POST, (302,)).copied and not plans.planned(POST, (301,)).copied
+    assert plans.planned(function_name(ParamPull), (304,)) is None
 
     # backward: the outer node's outputs are not aliases, so neither are its gradients. Key 301: input 0's
     # gradient is a graph output in one node (d_h), input 1's output got no gradient in the other: the Python call
@@ -81,8 +82,9 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     assert ints_attribute(by_name["outer_grad"], REUSE) == [-1, -1]
     assert ints_attribute(by_name["inner_grad"], REUSE) == [-1, -1]
     assert ints_attribute(by_name["again_grad"], REUSE) == [-1, -1]
-    assert passthrough._BORROWED_GRADS[(POST, (301,))] == frozenset()
+    assert plans.planned(POST, (301,)).borrowed_grads == frozenset()
     assert plan.borrowed_grads == 0
+    plans.forget()
 
 
 def test_gradients_are_borrowed_where_every_node_of_the_pythonop_has_them() -> None:
@@ -99,9 +101,11 @@ def test_gradients_are_borrowed_where_every_node_of_the_pythonop_has_them() -> N
         [],
         [],
     )
-    plan = plan_passthrough_buffers(graph)
+    plans = passthrough.BufferPlans()
+    plan = plan_passthrough_buffers(graph, plans)
     first_grad, second_grad = graph.node[2:]
     assert ints_attribute(first_grad, REUSE) == [1, -1]  # output 1's gradient (input 1) is input 0's gradient
     assert ints_attribute(second_grad, REUSE) == [1, -1]
-    assert passthrough._BORROWED_GRADS[(POST, (311,))] == frozenset({0})
+    assert plans.planned(POST, (311,)).borrowed_grads == frozenset({0})
     assert plan.borrowed_grads == 2
+    plans.forget()
