@@ -13,6 +13,8 @@ import deepspeed
 import torch.distributed as dist
 from deepspeed.accelerator import get_accelerator
 
+from .foreign import deepspeed as ds_internals
+
 
 def init_distributed(timeout: timedelta | None = None) -> tuple[int, int]:
     """Start the process group (collectives fail after `timeout`, DeepSpeed's default when None); (rank, world)."""
@@ -24,7 +26,18 @@ def init_distributed(timeout: timedelta | None = None) -> tuple[int, int]:
     deepspeed.init_distributed(dist_backend=backend, distributed_port=port, **options)
     if not on_cpu:
         accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    remove_shared_memory_files()
     return dist.get_rank(), dist.get_world_size()
+
+
+def remove_shared_memory_files() -> None:
+    """Removes this rank's file of DeepSpeed's CPU allreduce from /dev/shm, which DeepSpeed leaves behind (66 MiB
+    of memory per rank per run). Once every rank has started its process group (a barrier), every rank has mapped
+    every file; the mappings outlive the names."""
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    ds_internals.cpu_allreduce_buffer(dist.get_rank()).unlink(missing_ok=True)
 
 
 # How long the GIL is left free after the process group is destroyed: gloo's worker threads need microseconds.
@@ -41,6 +54,6 @@ def shut_down_distributed() -> None:
     """
     if not dist.is_initialized():
         return
-    dist.barrier()
+    remove_shared_memory_files()  # a process group ort_zero did not start (the Trainer's) leaves its files too
     dist.destroy_process_group()
     time.sleep(GLOO_DRAIN_SECONDS)

@@ -8,6 +8,7 @@ by the distributed harness inherit them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ ENVIRONMENT = {
     # outlive their rank keep mpirun waiting on their output pipes.
     "TORCH_WARM_POOL": "0",
 }
+SHARED_MEMORY, DEEPSPEED_ALLREDUCE_FILES = Path("/dev/shm"), "deepspeed_allreduce_buffer_*"
 MARKERS = {TESTS / "unit": "unit", TESTS / "distributed": "distributed"}
 _saved: dict[str, str | None] = {}
 
@@ -50,3 +52,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return TESTS.parent
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left() -> Iterator[None]:
+    """Runs that do not go through ort_zero's entry points (native DeepSpeed) leave DeepSpeed's CPU allreduce files
+    in /dev/shm: 66 MiB of memory per rank each, which would pile up over the suite. What a test left goes after it."""
+    before = set(SHARED_MEMORY.glob(DEEPSPEED_ALLREDUCE_FILES))
+    yield
+    for path in set(SHARED_MEMORY.glob(DEEPSPEED_ALLREDUCE_FILES)) - before:
+        path.unlink(missing_ok=True)

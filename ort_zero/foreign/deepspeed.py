@@ -3,13 +3,15 @@
 Read: the parameter coordinator's private `__inflight_param_registry` (prefetches in flight) and `_invalidate_trace`,
 a module's `_external_params`, the accelerator's `_name`, the ZeRO-3 optimizer behind a parameter's gradient hook (a
 closure DeepSpeed registers) and its private `__reduce_and_partition_ipg_grads` (reduce the gradients held in the
-bucket now). Written: the fields of `DeepSpeedZeRoOffload` that its own
-`setup_zero_stage3_hooks` sets (ort_zero replaces that method) and the module-level `FWD_MODULE_STACK` that
-DeepSpeed's forward hooks push and pop.
+bucket now), and the name of the shared-memory file of its CPU allreduce (`ops/csrc/cpu/comm/shm.cpp`). Written:
+the fields of `DeepSpeedZeRoOffload` that its own `setup_zero_stage3_hooks` sets (ort_zero replaces that method)
+and the module-level `FWD_MODULE_STACK` that DeepSpeed's forward hooks push and pop.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -83,3 +85,12 @@ def reduce_bucketed_gradients(optimizer: Any, param: torch.nn.Parameter) -> None
     """The optimizer reduce-scatters the gradients waiting in `param`'s bucket now, as it would when the next one
     arrives, and lets go of them."""
     optimizer._DeepSpeedZeroOptimizer_Stage3__reduce_and_partition_ipg_grads(optimizer.get_param_comm_dtype(param))
+
+
+def cpu_allreduce_buffer(rank: int) -> Path:
+    """The shared-memory file DeepSpeed's CPU allreduce creates for `rank` when every rank is on one machine.
+
+    DeepSpeed maps every rank's file while its process group starts and never unlinks them: each run leaves 66 MiB
+    of /dev/shm (memory) per rank behind, until the machine restarts."""
+    address, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    return Path("/dev/shm") / f"deepspeed_allreduce_buffer_{os.getuid()}_{address}_{port}_{rank}"
