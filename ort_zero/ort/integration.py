@@ -51,9 +51,9 @@ def export_context(original: Callable, during_export: Callable[[], contextlib.Ab
 def schema_forward(original: Callable, during_export: Callable[[], contextlib.AbstractContextManager]) -> Callable:
     """Wraps ORTModule's output-schema forward: it runs before the export context and must not gather either.
 
-    It only reads the structure of the outputs and how many dimensions each has, so it runs on fake tensors (no
-    compute: at 162M parameters it took 1.1 s of the first step) and, where the model needs real values (a
-    data-dependent branch, an op fake tensors lack), again on real ones."""
+    It only reads the structure of the outputs and how many dimensions each has, so it runs on fake tensors: no
+    compute and no activations (a real forward holds the whole model's, logits included, before the trace runs it
+    again), and, where the model needs real values (a data-dependent branch, an op fake tensors lack), on real ones."""
 
     @functools.wraps(original)
     def parse_outputs(flattened_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
