@@ -72,6 +72,15 @@ def test_ort_env_switch_matches_native(tmp_path: Path, native) -> None:
     assert_same_training(native("base"), result, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("variant", ["base", "accum"])
+def test_ort_with_pytorch_style_backward_matches_native(tmp_path: Path, native, variant: str) -> None:
+    """`loss.backward()` then `engine.step()` (DeepSpeed runs its backward prologue and epilogue from hooks; the
+    gradients ORT hands over fire them inside ORT's backward) trains as native `engine.backward(loss)` does."""
+    result = train(tmp_path / "ort", "ort", variant, "--torch-backward")
+    assert_ran_in_ort(result)
+    assert_same_training(native(variant), result, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("model", ["gpt", "gpt2", "bert"])
 def test_ort_transformer_models_match_native(tmp_path: Path, native, model: str) -> None:
     """ort_zero's small GPT, and transformers' GPT-2 and BERT built from small configs, in ORT under ZeRO-3.

@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--mem-grads", action="store_true", help="ort_zero's memory-efficient gradients")
     parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
     parser.add_argument("--dropout-seed", type=int, default=None, help="reseed after init: other dropout masks")
+    parser.add_argument("--torch-backward", action="store_true", help="loss.backward() instead of engine.backward")
     parser.add_argument("--local_rank", type=int, default=0)
     args = parser.parse_args()
 
@@ -105,7 +106,10 @@ def main() -> None:
         if args.variant == "reexport" and step >= args.steps // 2:
             inputs["input_ids"] = inputs["input_ids"].int()
         loss = engine(**inputs)["loss"]
-        engine.backward(loss)
+        if args.torch_backward:
+            loss.backward()  # PyTorch-style: DeepSpeed runs its backward prologue and epilogue from hooks
+        else:
+            engine.backward(loss)
         engine.step()
         losses.append(loss.item())
         grad_norms.append(engine.get_global_grad_norm())
