@@ -61,7 +61,9 @@ def schema_forward(original: Callable, during_export: Callable[[], contextlib.Ab
             return original(flattened_module, *args, **kwargs)
         with during_export(), stood_in_for_export(flattened_module):
             try:
-                with torch_internals.fake_tensors():
+                with torch_internals.fake_tensors(), warnings.catch_warnings():
+                    # ORTModule deep-copies the inputs, and torch's deepcopy asks a fake copy for its data pointer
+                    warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor", UserWarning)
                     return original(flattened_module, *args, **kwargs)
             except Exception as error:  # noqa: BLE001  (any failure on fake tensors: the real forward decides)
                 logger.debug("ort_zero: the output-schema forward needs real tensors (%s)", error)
