@@ -72,6 +72,10 @@ def schema_forward(original: Callable, during_export: Callable[[], contextlib.Ab
     return parse_outputs
 
 
+# The TrainingManager whose `_build_graph` is running (set by `graph_built_by`), for the training-graph passes.
+_BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("ort_zero_building_manager", default=None)
+
+
 def graph_optimizers(original: Any) -> Any:
     """Wraps ORT's graph-optimizer registry run on the training graph: ORT's optimizers, then ort_zero's
     training-graph passes (`passes.pipeline`; a graph without ort_zero's PythonOps is left alone)."""
@@ -87,9 +91,6 @@ def graph_optimizers(original: Any) -> Any:
                 previous.forget()
 
     return classmethod(optimize_all)
-
-
-_BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("ort_zero_building_manager", default=None)
 
 
 def graph_built_by(original: Callable) -> Callable:
