@@ -49,6 +49,12 @@ def _integration() -> Any:
     return integration
 
 
+def _export_overrides() -> Any:
+    from .ort import export_overrides
+
+    return export_overrides
+
+
 def _checkpointing() -> Any:
     from .zero3 import checkpointing
 
@@ -220,6 +226,15 @@ _ort(
     _deferred(lambda: _checkpointing().announcing_after),
 )  # fmt: skip
 
+_ort(
+    "ort", "ort.export_overrides", f"{_ORTM}._custom_op_symbolic_registry:CustomOpSymbolicRegistry", "register_all",
+    "torch's exporter with ORTModule's symbolics writes some aten ops in a form ORT 1.19.2 rejects (a LayerNorm "
+    "without weight) or not at all (expm1): each ORTModule registers ORT's symbolics, then ort_zero's overrides "
+    "(ort_zero/ort/export_overrides.py: each op, why, and the model types that need it). Registrations stay with "
+    "torch's exporter until the next ORTModule registers ORT's again.",
+    _deferred(lambda: _export_overrides().registering_overrides),
+)  # fmt: skip
+
 # What ORTModule prints (why each line goes: ort_zero/ort/console.py).
 _ort(
     "ort", "ort.quiet_logger", f"{_ORTM}.ortmodule", "configure_ortmodule_logger",
@@ -278,7 +293,8 @@ _ort(
     "_create_execution_agent",
     _CUDA_REASON + " And for a ZeRO-3 graph ORT's own memory optimizer (ORTMODULE_MEMORY_OPT_LEVEL/CONFIG) stays "
     "off: it cannot recompute through the bridges and its recompute reads forward-gathered parameters; ort_zero's "
-    "recompute pass applies the level instead. Once the session exists what ORTModule keeps beyond its needs goes: "
+    "recompute pass applies the level instead, and ORT's probe of it (a second session built at the first step "
+    "only to list what it could recompute) is not built. Once the session exists what ORTModule keeps beyond its needs goes: "
     "its graph builder (it makes a new one for every build), the dead memory of its graphs' protobufs and the "
     "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks).",
     _training_execution_agent,

@@ -41,12 +41,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--extended",
+        action="store_true",
+        help="also run the tests marked `extended` (README, Tests: what runs by default and what only with this)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by folder, so `-m unit` / `-m distributed` select them without per-file decorators."""
+    """Mark tests by folder, so `-m unit` / `-m distributed` select them without per-file decorators; leave the
+    extended set out unless --extended asks for it (deselected, so a default run reports no skips for it)."""
     for item in items:
         for folder, marker in MARKERS.items():
             if item.path.is_relative_to(folder):
                 item.add_marker(marker)
+    if config.getoption("--extended"):
+        return
+    extended = [item for item in items if item.get_closest_marker("extended")]
+    if extended:
+        config.hook.pytest_deselected(items=extended)
+        items[:] = [item for item in items if not item.get_closest_marker("extended")]
 
 
 @pytest.fixture(scope="session")

@@ -35,6 +35,7 @@ from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_zero_stage, load_config
 from ort_zero.examples.hf_models import build_model
 from ort_zero.examples.rank_run import UsageError, collective_timeout, configure_threads
+from ort_zero.foreign.transformers import attention_implementation
 
 EVAL_WINDOWS = 16
 LOSS_COLUMNS = ["step", "loss", "grad_norm", "learning_rate", "time_ms"]
@@ -60,6 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gradient-checkpointing",
         action="store_true",
         help="the Trainer's option; in ORT ort_zero's layer-wise recompute of each decoder layer",
+    )
+    parser.add_argument(
+        "--attn-implementation",
+        default=None,
+        help="eager, sdpa, ... (default: what from_pretrained gives, sdpa where the type has it)",
     )
     parser.add_argument("--seq-len", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=2, help="per rank and micro-batch")
@@ -229,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.save_model(str(args.output_dir / "model"))
     if rank == 0:
         record = {"model_type": args.model_type, "ort": args.ort, "lora": args.lora, "world_size": world_size}
+        record.update(attn_implementation=attention_implementation(trainer.model))  # what the model runs
         record.update(trainer_world_size=training_args.world_size)  # the processes the Trainer shards batches over
         record.update(hf_gradient_checkpointing=getattr(model, "is_activation_checkpointing", False))
         record.update(eval_loss=eval_loss, eval_seed=eval_seed(args.seed), eval_windows=EVAL_WINDOWS)

@@ -3,16 +3,19 @@
 Read: an ORTModule's `_torch_module._execution_manager(is_training)`; a manager's `_onnx_models`, `_execution_agent`,
 `_graph_transition_manager` (its `_exported_model_info`, `_post_export_processed_model_info`), `_runtime_options`,
 `_device`, `_flattened_module`, `_logger`, `time_tracker`; an agent's `_inference_session`; the fallback manager's
-`_exception`; the private modules `capi._pybind_state`, `ortmodule._custom_autograd_function_exporter` and
+`_exception`; ORTModule's symbolics (`CustomOpSymbolicRegistry._SYMBOLICS`); the private modules
+`capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_autograd_function_exporter` and
 `ortmodule._logger`.
-Written: the memory optimizer's runtime options, what a manager keeps once its session exists (`release_kept`), the
-input bookkeeping of a post-export model info (`add_graph_input`), and ort_zero's marks on ORT's objects.
+Written: the memory optimizer's runtime options and its memory observer's switch, what a manager keeps once its
+session exists (`release_kept`), the input bookkeeping of a post-export model info (`add_graph_input`), and
+ort_zero's marks on ORT's objects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -111,6 +114,18 @@ def turn_memory_optimizer_off(manager: Any) -> None:
     options.recompute_probe_config = "1:0"
 
 
+@contextlib.contextmanager
+def memory_probe_skipped(manager: Any) -> Iterator[None]:
+    """While it lasts, building the session does not build a second one to probe ORT's memory optimizer (the
+    memory observer's `_is_enabled` off; its per-step memory reports stay)."""
+    observer = manager._runtime_inspector.memory_ob
+    enabled, observer._is_enabled = observer._is_enabled, False
+    try:
+        yield
+    finally:
+        observer._is_enabled = enabled
+
+
 def release_kept(manager: Any, compacted: Callable[[onnx.ModelProto], onnx.ModelProto]) -> None:
     """Drops what a TrainingManager keeps beyond its needs once its session exists: its graph builder, the session's
     copy of the model bytes; the graphs it keeps are replaced by `compacted` copies."""
@@ -159,6 +174,14 @@ def add_graph_input(
             name,
         ]
     info.onnx_graph_input_data_accessor_user_defined = {**info.onnx_graph_input_data_accessor_user_defined, name: data}
+
+
+def ort_symbolic(op: str) -> Callable[..., Any] | None:
+    """ORTModule's own export symbolic for `op` ("aten::layer_norm"), or None where it has none."""
+    from onnxruntime.training.ortmodule._custom_op_symbolic_registry import CustomOpSymbolicRegistry
+
+    namespace, _, name = op.partition("::")
+    return CustomOpSymbolicRegistry._SYMBOLICS.get(("" if namespace == "aten" else namespace) + "::" + name)
 
 
 def register_autograd_function(name: str, cls: type) -> None:

@@ -1,10 +1,11 @@
 """torch's internals that ort_zero reads (torch `versions.TORCH_VERSIONS`).
 
 Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it does not own), a module's
-`_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs), and the
-private modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and `torch._subclasses` (fake
-tensors, as torch.export traces with them). The
-exporter's private modules ORTModule imports are `ort_zero.patches`' (torch_onnx group).
+`_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs), the
+TorchScript exporter's symbolic helpers `_is_none`, `_get_const` and `_type_utils` (export_overrides), and the private
+modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and `torch._subclasses` (fake tensors, as
+torch.export traces with them). The exporter's private modules ORTModule imports are `ort_zero.patches`' (torch_onnx
+group).
 """
 
 from __future__ import annotations
@@ -41,3 +42,31 @@ def fake_tensors() -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def onnx_is_none(value: Any) -> bool:
+    """In a TorchScript ONNX symbolic: whether an optional input was not given (e.g. a LayerNorm without weight)."""
+    from torch.onnx import symbolic_helper
+
+    return symbolic_helper._is_none(value)
+
+
+def onnx_constant_ints(value: Any, name: str) -> list[int]:
+    """In a TorchScript ONNX symbolic: a constant int-list input's values (e.g. a LayerNorm's normalized shape)."""
+    from torch.onnx import symbolic_helper
+
+    return symbolic_helper._get_const(value, "is", name)
+
+
+def onnx_dtype(value: Any) -> torch.dtype:
+    """In a TorchScript ONNX symbolic: the dtype of a value the exporter knows (float32 where it does not)."""
+    from torch.onnx import _type_utils
+
+    return _type_utils.JitScalarType.from_value(value, _type_utils.JitScalarType.FLOAT).dtype()
+
+
+def onnx_constant_float(value: Any, name: str) -> float:
+    """In a TorchScript ONNX symbolic: a constant float input's value (e.g. softplus's beta)."""
+    from torch.onnx import symbolic_helper
+
+    return symbolic_helper._get_const(value, "f", name)

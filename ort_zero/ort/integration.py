@@ -112,13 +112,18 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
     """Wraps `TrainingManager._create_execution_agent`: for a ZeRO-3 graph, ORT's own memory optimizer stays off.
 
     It cannot recompute through the bridges and what it recomputes reads forward-gathered parameters; ort_zero's
-    recompute pass has already applied the level (`ort_zero.ort.passes.recompute`)."""
+    recompute pass has already applied the level (`ort_zero.ort.passes.recompute`). So ORT's probe of it, a second
+    session built at the first step only to list what it could recompute, is not built either (it also fails on
+    graphs whose symbolic dims sympy cannot parse)."""
 
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
         level, plans = ortmodule.memory_optimizer_requested(self)
         model = ortmodule.optimized_model(self)
-        if model is not None and is_zero3_graph(model.graph) and (level or plans):
+        if model is None or not is_zero3_graph(model.graph):
+            original(self)
+            return
+        if level or plans:
             if level == 0:
                 logger.warning(
                     "ort_zero: ORTMODULE_MEMORY_OPT_CONFIG plans are not applied to a ZeRO-3 model (they would read "
@@ -126,7 +131,8 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
                     "layer-wise recompute"
                 )
             ortmodule.turn_memory_optimizer_off(self)
-        original(self)
+        with ortmodule.memory_probe_skipped(self):
+            original(self)
 
     return _create_execution_agent
 

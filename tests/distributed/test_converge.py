@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from launcher import run_launcher
 
 from ort_zero.tools.recompute_summary import describe_recompute, recompute_applied
@@ -36,6 +37,7 @@ def test_converge_agrees_and_writes_its_report_and_plot(tmp_path: Path) -> None:
 N_LAYER = 2
 
 
+@pytest.mark.extended
 def test_converge_with_the_memory_optimizer_agrees_and_reports_its_recompute(tmp_path: Path) -> None:
     """`--memory-opt-level 1` on a small GPT: recomputing each layer must not change the curve, and the report must
     say what the ORT run's ort.json says it recomputed (every layer)."""

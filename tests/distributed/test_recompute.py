@@ -81,6 +81,7 @@ def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Pat
             assert not kept["graph_builder"] and not kept["session_model_bytes"]
 
 
+@pytest.mark.extended
 def test_recomputed_dropout_draws_the_forwards_mask(tmp_path: Path) -> None:
     level0 = train(tmp_path / "level0", "ort", level=0, dropout=0.1)
     level1 = train(tmp_path / "level1", "ort", level=1, dropout=0.1)

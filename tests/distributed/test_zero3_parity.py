@@ -96,6 +96,7 @@ def test_ort_transformer_models_match_native(tmp_path: Path, native, model: str)
     assert_same_training(native("base", model), result, rtol=1e-5, atol=1e-6, params_rtol=params_rtol)
 
 
+@pytest.mark.extended
 def test_ort_with_dropout_stays_as_close_as_pytorch_to_itself(tmp_path: Path) -> None:
     """With dropout on, ORT draws its own masks, so the curves cannot match exactly. Tolerance: ORT's mean per-step
     distance from a PyTorch run may be at most twice the distance between two PyTorch runs that differ only in

@@ -48,6 +48,7 @@ def scratch_target() -> Iterator[Path]:
         yield cuda_libraries.install(Path(scratch) / "site")
 
 
+@pytest.mark.extended  # installs 2.1 GB of CUDA wheels into a scratch target
 def test_install_resolves_every_library_the_provider_needs(scratch_target: Path) -> None:
     report = cuda_libraries.resolve(scratch_target)
     assert cuda_libraries.unresolved(report) == []
@@ -65,6 +66,7 @@ def test_nothing_installed_is_reported_missing(tmp_path: Path) -> None:
     assert "libcudnn.so.8 (needed by libonnxruntime_providers_cuda.so)" in missing
 
 
+@pytest.mark.extended  # installs 2.1 GB of CUDA wheels into a scratch target
 def test_the_loader_maps_each_preloaded_soname_to_the_target(scratch_target: Path) -> None:
     cuda_names = [n for n in read_dynamic(cuda_libraries.provider_library()).needed if n in cuda_libraries.PRELOAD]
     child = subprocess.run(
@@ -77,6 +79,7 @@ def test_the_loader_maps_each_preloaded_soname_to_the_target(scratch_target: Pat
     assert mapped == {name: expected[name] for name in [*cuda_names, "libnvrtc.so.11.2"]}
 
 
+@pytest.mark.extended  # installs 2.1 GB of CUDA wheels into a scratch target
 def test_ort_import_preloads_only_where_a_driver_is(scratch_target: Path) -> None:
     """Importing ORT after ort_zero preloads the libraries where a driver is, and nowhere else."""
     code = "import ort_zero, onnxruntime; from ort_zero.stack import cuda_libraries as c; "

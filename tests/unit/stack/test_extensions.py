@@ -28,6 +28,7 @@ def test_fused_ops_is_never_built() -> None:
     assert extensions.extension_names("cuda") == ["torch_gpu_allocator"]
 
 
+@pytest.mark.extended  # a GPU host's build, checked on CPU: 35 s
 def test_gpu_allocator_builds_without_nvcc_and_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tools = tmp_path / "bin"
     tools.mkdir()

@@ -1,0 +1,143 @@
+"""How ort_zero exports the aten ops that torch's TorchScript exporter (with ORTModule's own symbolics) writes in a
+form ONNX Runtime 1.19.2 rejects, or cannot write at all: one `ExportOverride` per op, with the model types measured
+to need it (`ort_zero.tools.causal_lm_sweep`). ORTModule registers its symbolics with torch each time an ORTModule is
+made (`CustomOpSymbolicRegistry.register_all`); the patch `ort.export_overrides` (ort_zero.patches) registers these
+right after, so they win for every export that follows. Where ORT's own symbolic handles a case, an override hands
+that case to it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..foreign import ortmodule as ort_internals
+from ..foreign import torch as torch_internals
+
+
+@dataclass(frozen=True)
+class ExportOverride:
+    op: str  # "aten::name"
+    needed_by: tuple[str, ...]  # transformers model types whose export fails without it
+    reason: str
+    # (g, *inputs) -> value; `ort_symbolic` is ORTModule's own symbolic for the op, or None
+    make_symbolic: Callable[[Callable[..., Any] | None], Callable[..., Any]]
+
+
+def _weightless_layer_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def layer_norm(g: Any, input: Any, normalized_shape: Any, weight: Any, bias: Any, eps: Any, cudnn: Any) -> Any:
+        dims = torch_internals.onnx_constant_ints(normalized_shape, "normalized_shape")
+        dtype = torch_internals.onnx_dtype(input)
+        if torch_internals.onnx_is_none(weight):
+            weight = g.op("Constant", value_t=torch.ones(dims, dtype=dtype))
+        if torch_internals.onnx_is_none(bias):  # ORT's gradient names an empty bias's gradient "_grad" for every node
+            bias = g.op("Constant", value_t=torch.zeros(dims, dtype=dtype))
+        if ort_symbolic is None:  # no ORTModule symbolic (never on 1.19.2): torch's own
+            from torch.onnx.symbolic_opset17 import layer_norm as torch_layer_norm
+
+            return torch_layer_norm(g, input, normalized_shape, weight, bias, eps, cudnn)
+        return ort_symbolic(g, input, normalized_shape, weight, bias, eps, cudnn)
+
+    return layer_norm
+
+
+def _expm1(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def expm1(g: Any, input: Any) -> Any:
+        one = g.op("Constant", value_t=torch.ones((), dtype=torch_internals.onnx_dtype(input)))
+        return g.op("Sub", g.op("Exp", input), one)
+
+    return expm1
+
+
+def _softplus(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def softplus(g: Any, input: Any, beta: Any, threshold: Any) -> Any:
+        # (1/b)·log(1 + exp(bx)) = (1/b)·(relu(bx) + log(1 + exp(-|bx|))), |y| = relu(y) + relu(-y): no overflow,
+        # and every op has a gradient in ORT. Above the threshold torch returns x itself; this differs by at most
+        # exp(-threshold)/b (2e-9 at torch's default of 20).
+        dtype = torch_internals.onnx_dtype(input)
+        scale = torch_internals.onnx_constant_float(beta, "beta")
+        scaled = (
+            input if scale == 1.0 else g.op("Mul", input, g.op("Constant", value_t=torch.tensor(scale, dtype=dtype)))
+        )
+        positive, negative = g.op("Relu", scaled), g.op("Relu", g.op("Neg", scaled))
+        one = g.op("Constant", value_t=torch.ones((), dtype=dtype))
+        tail = g.op("Log", g.op("Add", one, g.op("Exp", g.op("Neg", g.op("Add", positive, negative)))))
+        result = g.op("Add", positive, tail)
+        return (
+            result if scale == 1.0 else g.op("Div", result, g.op("Constant", value_t=torch.tensor(scale, dtype=dtype)))
+        )
+
+    return softplus
+
+
+def _rms_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def rms_norm(g: Any, input: Any, normalized_shape: Any, weight: Any, eps: Any) -> Any:
+        # ORT's own RMSNorm kernel (SimplifiedLayerNormalization, with a gradient), as ORT's fusions write it
+        dims = torch_internals.onnx_constant_ints(normalized_shape, "normalized_shape")
+        dtype = torch_internals.onnx_dtype(input)
+        if torch_internals.onnx_is_none(weight):
+            weight = g.op("Constant", value_t=torch.ones(dims, dtype=dtype))
+        epsilon = (
+            torch.finfo(dtype).eps
+            if torch_internals.onnx_is_none(eps)
+            else torch_internals.onnx_constant_float(eps, "eps")
+        )
+        normalized, _ = g.op(
+            "SimplifiedLayerNormalization", input, weight, axis_i=-len(dims), epsilon_f=epsilon, outputs=2
+        )
+        return normalized
+
+    return rms_norm
+
+
+OVERRIDES: tuple[ExportOverride, ...] = (
+    ExportOverride(
+        "aten::layer_norm",
+        ("olmo",),
+        "a LayerNorm without a weight (elementwise_affine=False, or F.layer_norm(x, shape)) exports as "
+        "LayerNormalization with an empty scale, which ORT rejects (INVALID_GRAPH: input 1 is marked single), and "
+        "one without bias gets a gradient named '_grad' per node (duplicate definition): a missing scale becomes "
+        "constant ones of the normalized shape, a missing bias zeros",
+        _weightless_layer_norm,
+    ),
+    ExportOverride(
+        "aten::expm1",
+        ("apertus",),
+        "torch's exporter has no symbolic for expm1 at any opset: exported as Exp(x) - 1",
+        _expm1,
+    ),
+    ExportOverride(
+        "aten::softplus",
+        ("apertus", "doge"),
+        "ORT 1.19.2 has no gradient for Softplus (torch's export of softplus): exported as relu and log(1 + exp(-|x|))",
+        _softplus,
+    ),
+    ExportOverride(
+        "aten::rms_norm",
+        ("diffllama",),
+        "torch's exporter has no symbolic for rms_norm (torch.nn.RMSNorm, F.rms_norm) at opset 17: exported as ORT's "
+        "SimplifiedLayerNormalization (its RMSNorm, which has a gradient)",
+        _rms_norm,
+    ),
+)
+
+
+def register_overrides(opset: int) -> None:
+    """Register every override with torch's exporter for `opset`, over what ORTModule registered."""
+    for override in OVERRIDES:
+        ort_symbolic = ort_internals.ort_symbolic(override.op)
+        torch.onnx.register_custom_op_symbolic(override.op, override.make_symbolic(ort_symbolic), opset)
+
+
+def registering_overrides(register_all: Any) -> Any:
+    """The replacement of ORTModule's `CustomOpSymbolicRegistry.register_all` (a classmethod): ORT's symbolics,
+    then ort_zero's overrides."""
+
+    def register_all_then_overrides(cls: type, onnx_opset_version: int) -> None:
+        register_all.__func__(cls, onnx_opset_version)
+        register_overrides(onnx_opset_version)
+
+    return classmethod(register_all_then_overrides)
