@@ -9,12 +9,13 @@ module.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS
-from .ort import console, export_context, torch_compat
+from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
+from .ort import console, export_context, export_rewrites, torch_compat
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
     UnsupportedVersionError,
@@ -69,6 +70,10 @@ def _deepspeed(group: str, name: str, owner: str, attribute: str, reason: str, f
     register(Patch(name, owner, attribute, "deepspeed", DEEPSPEED_VERSIONS, reason, factory), group)
 
 
+def _transformers(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
+    register(Patch(name, owner, attribute, "transformers", TRANSFORMERS_VERSIONS, reason, factory), group)
+
+
 def _ort(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
     register(Patch(name, owner, attribute, "onnxruntime-training", ORT_VERSIONS, reason, factory), group)
 
@@ -117,9 +122,15 @@ _deepspeed(
 )  # fmt: skip
 
 
-def _during_export() -> Any:
-    """What the replacements that run around an export enter: the "ort_export" group, applied while it lasts."""
-    return applied("ort_export")
+@contextlib.contextmanager
+def _during_export(module: Any) -> Iterator[None]:
+    """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, and the rewrites of the
+    model code `module` runs (export_rewrites), applied while it lasts."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(applied("ort_export"))
+        for group in export_rewrites.groups_for(module):
+            stack.enter_context(applied(group))
+        yield
 
 
 for _name, _owner, _attribute, _reason, _factory in [
@@ -197,6 +208,17 @@ _torch(
     "the whole model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but "
     "the stand-ins (their shapes are in the graph's input types).",
     export_context.shape_inference_without_stand_ins,
+)  # fmt: skip
+
+# Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export_rewrites.py).
+_LLAMA4 = export_rewrites.LLAMA4
+_transformers(
+    _LLAMA4.group, "transformers.llama4_rotary_in_export", f"{_LLAMA4.modeling_module}:Llama4TextRotaryEmbedding",
+    "forward", _LLAMA4.reason, lambda replaced: export_rewrites.llama4_rotary_pairs,
+)  # fmt: skip
+_transformers(
+    _LLAMA4.group, "transformers.llama4_apply_rotary_in_export", _LLAMA4.modeling_module, "apply_rotary_emb",
+    _LLAMA4.reason, lambda replaced: export_rewrites.llama4_rotate_pairs,
 )  # fmt: skip
 
 # Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
@@ -294,7 +316,8 @@ _ort(
     _CUDA_REASON + " And for a ZeRO-3 graph ORT's own memory optimizer (ORTMODULE_MEMORY_OPT_LEVEL/CONFIG) stays "
     "off: it cannot recompute through the bridges and its recompute reads forward-gathered parameters; ort_zero's "
     "recompute pass applies the level instead, and ORT's probe of it (a second session built at the first step "
-    "only to list what it could recompute) is not built. Once the session exists what ORTModule keeps beyond its needs goes: "
+    "only to list what it could recompute) is not built. Once the session exists what ORTModule keeps beyond its "
+    "needs goes: "
     "its graph builder (it makes a new one for every build), the dead memory of its graphs' protobufs and the "
     "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks).",
     _training_execution_agent,

@@ -1,4 +1,4 @@
-"""transformers' internals that ort_zero reads (transformers as pinned in setup.py).
+"""transformers' internals that ort_zero reads (transformers `versions.TRANSFORMERS_VERSIONS`).
 
 Read: a model config's `_attn_implementation` (which attention a built model runs: transformers keeps no public
 name for it).

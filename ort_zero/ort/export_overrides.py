@@ -93,6 +93,17 @@ def _rms_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
     return rms_norm
 
 
+def _bool_cumsum(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def cumsum(g: Any, input: Any, dim: Any, dtype: Any = None) -> Any:
+        from torch.onnx.symbolic_opset11 import cumsum as torch_cumsum
+
+        if torch_internals.onnx_dtype(input) == torch.bool:  # torch sums booleans as int64; ONNX CumSum has no bool
+            input = g.op("Cast", input, to_i=torch.onnx.TensorProtoDataType.INT64)
+        return torch_cumsum(g, input, dim, dtype)
+
+    return cumsum
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -121,6 +132,13 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "torch's exporter has no symbolic for rms_norm (torch.nn.RMSNorm, F.rms_norm) at opset 17: exported as ORT's "
         "SimplifiedLayerNormalization (its RMSNorm, which has a gradient)",
         _rms_norm,
+    ),
+    ExportOverride(
+        "aten::cumsum",
+        ("llama4", "llama4_text"),
+        "torch's exporter writes the cumulative sum of a boolean tensor as CumSum on bool, which ONNX does not define "
+        "(ORT: INVALID_GRAPH): the booleans are cast to int64 first, as torch sums them",
+        _bool_cumsum,
     ),
 )
 

@@ -30,25 +30,30 @@ from .passes.zero3_params import TRIGGER_NAME
 logger = logging.getLogger(__name__)
 
 
-def export_context(original: Callable, during_export: Callable[[], contextlib.AbstractContextManager]) -> Callable:
+def export_context(
+    original: Callable, during_export: Callable[[torch.nn.Module], contextlib.AbstractContextManager]
+) -> Callable:
     """Replaces `stage3_export_context`: ORT's needs `torch.onnx._internal._beartype`, gone in torch >= 2.5.
 
     Every export (ZeRO-3 or not) runs inside it, so export failures name their module. A ZeRO-3 export also runs
-    inside `during_export()` (the registry's export-time patches: torch's own F.linear)."""
+    inside `during_export(module)` (the registry's export-time patches: torch's own F.linear, and rewrites of the
+    model code the module runs)."""
 
     @contextlib.contextmanager
     def zero3_export_context(enable: bool, stage3_param_handle: Any, flattened_module: torch.nn.Module) -> Iterator:
         with contextlib.ExitStack() as stack:
             stack.enter_context(naming_export_failures(flattened_module))
             if is_zero3_module(flattened_module):
-                stack.enter_context(during_export())
+                stack.enter_context(during_export(flattened_module))
                 stack.enter_context(stood_in_for_export(flattened_module))
             yield
 
     return zero3_export_context
 
 
-def schema_forward(original: Callable, during_export: Callable[[], contextlib.AbstractContextManager]) -> Callable:
+def schema_forward(
+    original: Callable, during_export: Callable[[torch.nn.Module], contextlib.AbstractContextManager]
+) -> Callable:
     """Wraps ORTModule's output-schema forward: it runs before the export context and must not gather either.
 
     It only reads the structure of the outputs and how many dimensions each has, so it runs on fake tensors: no
@@ -59,7 +64,7 @@ def schema_forward(original: Callable, during_export: Callable[[], contextlib.Ab
     def parse_outputs(flattened_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if not is_zero3_module(flattened_module):
             return original(flattened_module, *args, **kwargs)
-        with during_export(), stood_in_for_export(flattened_module):
+        with during_export(flattened_module), stood_in_for_export(flattened_module):
             try:
                 with torch_internals.fake_tensors(), warnings.catch_warnings():
                     # ORTModule deep-copies the inputs, and torch's deepcopy asks a fake copy for its data pointer

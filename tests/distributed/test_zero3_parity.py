@@ -81,6 +81,15 @@ def test_ort_with_pytorch_style_backward_matches_native(tmp_path: Path, native, 
     assert_same_training(native(variant), result, rtol=1e-5, atol=1e-6)
 
 
+def test_ort_with_a_nonscalar_backward_matches_native(tmp_path: Path) -> None:
+    """`torch.autograd.backward([loss, logits], [0.5, grad])` (a backward from a non-scalar output too, with the
+    gradient given) then `engine.step()`: ORT-ZeRO3 trains as native ZeRO-3 does with the same call."""
+    native_result = train(tmp_path / "native", "native", "base", "--torch-backward", "nonscalar")
+    result = train(tmp_path / "ort", "ort", "base", "--torch-backward", "nonscalar")
+    assert_ran_in_ort(result)
+    assert_same_training(native_result, result, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("model", ["gpt", "gpt2", "bert"])
 def test_ort_transformer_models_match_native(tmp_path: Path, native, model: str) -> None:
     """ort_zero's small GPT, and transformers' GPT-2 and BERT built from small configs, in ORT under ZeRO-3.

@@ -63,7 +63,13 @@ def main() -> None:
     parser.add_argument("--mem-grads", action="store_true", help="ort_zero's memory-efficient gradients")
     parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
     parser.add_argument("--dropout-seed", type=int, default=None, help="reseed after init: other dropout masks")
-    parser.add_argument("--torch-backward", action="store_true", help="loss.backward() instead of engine.backward")
+    parser.add_argument(
+        "--torch-backward",
+        nargs="?",
+        const="scalar",
+        choices=["scalar", "nonscalar"],
+        help="loss.backward() instead of engine.backward; nonscalar: backward from the loss and the logits at once",
+    )
     parser.add_argument("--local_rank", type=int, default=0)
     args = parser.parse_args()
 
@@ -105,9 +111,19 @@ def main() -> None:
         inputs = batch(step, rank, device=engine.device)
         if args.variant == "reexport" and step >= args.steps // 2:
             inputs["input_ids"] = inputs["input_ids"].int()
-        loss = engine(**inputs)["loss"]
-        if args.torch_backward:
+        outputs = engine(**inputs)
+        loss = outputs["loss"]
+        if args.torch_backward == "scalar":
             loss.backward()  # PyTorch-style: DeepSpeed runs its backward prologue and epilogue from hooks
+        elif args.torch_backward == "nonscalar":
+            # half the loss, plus half its cross-entropy's gradient fed to the (non-scalar) logits directly
+            logits = outputs["logits"]
+            grad = torch.softmax(logits.detach(), dim=-1)
+            grad.view(-1, grad.shape[-1])[
+                torch.arange(grad.numel() // grad.shape[-1]), inputs["labels"].reshape(-1)
+            ] -= 1
+            grad /= grad.numel() // grad.shape[-1]
+            torch.autograd.backward([loss, logits], [torch.tensor(0.5), 0.5 * grad])
         else:
             engine.backward(loss)
         engine.step()

@@ -1,0 +1,63 @@
+"""Model code that ONNX cannot express, replaced by an equivalent while ORTModule exports a model that runs it.
+
+An op-level override (`export_overrides`) cannot help where a model computes in a dtype ONNX lacks: Llama 4 turns its
+rotary embedding into complex numbers (`torch.polar`, `view_as_complex`), and ONNX has no complex tensors. For such
+a model the functions themselves are replaced during the export by ones that compute the same values in real
+arithmetic; PyTorch runs of the same model keep transformers' own. Each rewrite is a patch group in
+`ort_zero.patches` (with the transformers versions it was written for), applied only while a ZeRO-3 model whose
+modules come from that modeling file is exported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class ModelRewrite:
+    group: str  # the patch group in ort_zero.patches
+    modeling_module: str  # the transformers module whose classes the model is built from
+    model_types: tuple[str, ...]
+    reason: str
+
+
+LLAMA4 = ModelRewrite(
+    "export_llama4",
+    "transformers.models.llama4.modeling_llama4",
+    ("llama4", "llama4_text"),
+    "Llama 4's rotary embedding multiplies complex numbers (torch.polar, view_as_complex), which ONNX has no type "
+    "for: while it is exported, the rotary module returns (cos, sin) pairs and apply_rotary_emb rotates each pair "
+    "of channels in real arithmetic (the same values)",
+)
+REWRITES = (LLAMA4,)
+
+
+def groups_for(module: torch.nn.Module) -> list[str]:
+    """The rewrite groups a model being exported needs: those whose modeling file one of its modules comes from."""
+    modules = {type(submodule).__module__ for submodule in module.modules()}
+    return [rewrite.group for rewrite in REWRITES if rewrite.modeling_module in modules]
+
+
+@torch.no_grad()
+def llama4_rotary_pairs(self: Any, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """`Llama4TextRotaryEmbedding.forward` without complex numbers: (cos, sin) of each frequency in a last dimension
+    of 2, scaled as transformers scales its complex values."""
+    freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+    return torch.stack((torch.cos(freqs), torch.sin(freqs)), dim=-1) * self.attention_scaling
+
+
+def llama4_rotate_pairs(xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`apply_rotary_emb` on (cos, sin) pairs: channels (2i, 2i+1) of each head rotated as the complex product
+    (a + ib)(cos + i sin) = (a cos - b sin) + i(a sin + b cos)."""
+    cos, sin = freqs[..., 0][:, :, None, :], freqs[..., 1][:, :, None, :]
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+        real, imaginary = pairs[..., 0], pairs[..., 1]
+        rotated = torch.stack((real * cos - imaginary * sin, real * sin + imaginary * cos), dim=-1)
+        return rotated.flatten(3).type_as(x)
+
+    return rotate(xq), rotate(xk)
