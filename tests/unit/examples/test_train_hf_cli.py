@@ -60,6 +60,25 @@ def test_model_config_is_small_whatever_the_names(model_type: str) -> None:
     config.validate()
 
 
+def test_the_parts_of_a_composite_config_are_small_too() -> None:
+    """A multimodal type's text and vision configs (Gemma 3: 4B parameters at their defaults), mixture-of-experts
+    and multi-head latent attention sizes (DeepSeek-V2: no experts per token by default) come out small."""
+    args = train_hf.parse_args(["--deepspeed", HF_CONFIG, "--model-type", "gemma3"])
+    config = hf_models.model_config(args)
+    for part in (config.text_config, config.vision_config):
+        assert part.hidden_size == 32 and part.num_hidden_layers == 2 and part.intermediate_size == 128
+    assert not config.text_config.use_cache
+    args = train_hf.parse_args(["--deepspeed", HF_CONFIG, "--model-type", "deepseek_v2"])
+    config = hf_models.model_config(args)
+    assert (config.n_routed_experts, config.num_experts_per_tok, config.kv_lora_rank) == (4, 2, 16)
+
+
+def test_attention_is_from_pretrained_s_unless_chosen() -> None:
+    assert train_hf.parse_args(["--deepspeed", HF_CONFIG]).attn_implementation is None
+    argv = ["--deepspeed", HF_CONFIG, "--attn-implementation", "eager"]
+    assert train_hf.parse_args(argv).attn_implementation == "eager"
+
+
 def test_corpus_windows_are_reproducible_causal_lm_items() -> None:
     first, again = CorpusWindows(5, 8, 16), CorpusWindows(5, 8, 16)
     item = first[3]
