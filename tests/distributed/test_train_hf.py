@@ -237,3 +237,22 @@ def test_gradient_accumulation_in_ort_follows_pytorch_and_one_large_batch(tmp_pa
         assert set(trained) == set(expected)
         diffs = {name: (trained[name] - expected[name]).abs().max().item() for name in expected}
         assert max(diffs.values()) <= TOLERANCE, f"{out}: weights differ: {diffs}"
+
+
+def test_a_config_that_contradicts_the_arguments_fails_with_the_trainers_own_message(tmp_path: Path) -> None:
+    """A DeepSpeed config whose learning rate contradicts TrainingArguments' stops ORTZeroTrainer as it stops
+    transformers.Trainer: with the Trainer's message naming the value, before any step."""
+    config = json.loads(CONFIG.read_text())
+    config["optimizer"]["params"]["lr"] = 0.1  # the example's --learning-rate is 2e-3
+    contradicting = tmp_path / "contradicting.json"
+    contradicting.write_text(json.dumps(config))
+    expected = "- ds optimizer.params.lr=0.1 vs hf learning_rate=0.002"
+    for trainer in ("ort", "native"):
+        options = ["--deepspeed", str(contradicting), "--max-steps", "2"] + (
+            ["--no-ort"] if trainer == "native" else []
+        )
+        result = train(tmp_path / trainer, *options, check=False)
+        output = (result.stdout or "") + (result.stderr or "")
+        assert result.returncode != 0, output[-3000:]
+        assert "mismatch TrainingArguments values" in output and expected in output, output[-3000:]
+        assert not (tmp_path / trainer / "losses.csv").exists() or len(losses(tmp_path / trainer)) == 0
