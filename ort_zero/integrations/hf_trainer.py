@@ -27,6 +27,7 @@ from transformers import Trainer, TrainingArguments
 from .. import api, settings
 from ..foreign import accelerate as accelerate_internals
 from ..zero3 import checkpointing
+from . import model_types
 
 
 class UnsupportedInORT(ValueError):
@@ -39,6 +40,13 @@ def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | Non
         raise UnsupportedInORT(
             "the model is already an ORTModule; pass the plain model: ORTZeroTrainer wraps it when DeepSpeed starts "
             "(the Trainer must see the model's own forward signature)"
+        )
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    reason = model_types.unsupported_reason(model_type)
+    if reason is not None:
+        raise UnsupportedInORT(
+            f"model type '{model_type}' does not train in ONNX Runtime on this stack: {reason}; train it with "
+            "transformers.Trainer (native DeepSpeed ZeRO-3), see ort_zero's docs/model-families.md"
         )
     if args is None or args.deepspeed is None:
         raise UnsupportedInORT(

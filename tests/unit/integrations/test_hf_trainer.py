@@ -157,3 +157,21 @@ def test_evaluation_after_training_runs_deepspeeds_engine(monkeypatch: pytest.Mo
     other = torch.nn.Linear(2, 2)
     trainer.prediction_step(other, {}, True)
     assert seen == [(trainer.model, False), (engine, False), (other, True)]
+
+
+def test_a_model_type_that_does_not_train_in_ort_is_refused_in_one_line(tmp_path: Path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("cohere", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                  num_attention_heads=4, num_key_value_heads=4, vocab_size=64)  # fmt: skip
+    message = refusal(zero3_arguments(tmp_path), AutoModelForCausalLM.from_config(config))
+    assert "model type 'cohere' does not train in ONNX Runtime on this stack" in message
+    assert "symbolic shape inference" in message and "transformers.Trainer" in message
+
+
+def test_every_refused_type_is_one_transformers_builds() -> None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from ort_zero.integrations.model_types import UNSUPPORTED
+
+    assert set(UNSUPPORTED) <= set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
