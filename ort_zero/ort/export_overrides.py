@@ -35,11 +35,7 @@ def _weightless_layer_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[
             weight = g.op("Constant", value_t=torch.ones(dims, dtype=dtype))
         if torch_internals.onnx_is_none(bias):  # ORT's gradient names an empty bias's gradient "_grad" for every node
             bias = g.op("Constant", value_t=torch.zeros(dims, dtype=dtype))
-        if ort_symbolic is None:  # no ORTModule symbolic (never on 1.19.2): torch's own
-            from torch.onnx.symbolic_opset17 import layer_norm as torch_layer_norm
-
-            return torch_layer_norm(g, input, normalized_shape, weight, bias, eps, cudnn)
-        return ort_symbolic(g, input, normalized_shape, weight, bias, eps, cudnn)
+        return ort_symbolic(g, input, normalized_shape, weight, bias, eps, cudnn)  # ORTModule 1.19.2 registers one
 
     return layer_norm
 

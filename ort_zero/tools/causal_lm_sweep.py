@@ -158,17 +158,20 @@ def work(args: argparse.Namespace) -> None:
     init_distributed()
     results = args.out / "results.jsonl"
     for model_type in args.types.split(","):
-        with results.open("a") as handle:
-            handle.write(json.dumps({"type": model_type, "status": STARTED, "attn": args.attn}) + "\n")
+        append_result(results, {"type": model_type, "status": STARTED, "attn": args.attn})
         began = time.perf_counter()
         result = _sweep_one(model_type, args.attn, args.steps)
         result["seconds"] = round(time.perf_counter() - began, 1)
-        with results.open("a") as handle:
-            handle.write(json.dumps(result) + "\n")
+        append_result(results, result)
     shut_down_distributed()
 
 
 # ---- driver -------------------------------------------------------------------------------------------------------
+
+
+def append_result(path: Path, entry: dict[str, Any]) -> None:
+    with path.open("a") as handle:
+        handle.write(json.dumps(entry) + "\n")
 
 
 def read_results(path: Path) -> dict[str, dict[str, Any]]:
@@ -184,7 +187,7 @@ def read_results(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def drive(args: argparse.Namespace) -> None:
-    import socket
+    from ort_zero.tools.process_tree import free_port
 
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "results.jsonl"
@@ -193,21 +196,16 @@ def drive(args: argparse.Namespace) -> None:
         results = read_results(results_path)
         for entry in results.values():  # a worker died in this type
             if entry["status"] == STARTED:
-                entry.update(status="crashes", error=entry.get("error", "the process died (see worker.log)"))
-                with results_path.open("a") as handle:
-                    handle.write(json.dumps(entry) + "\n")
+                append_result(results_path, {**entry, "status": "crashes", "error": "the worker died (see worker.log)"})
         results = read_results(results_path)
         todo = [t for t in wanted if t not in results]
         if not todo:
             break
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
         env = {
             **os.environ,
             "DS_ACCELERATOR": "cpu",
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
+            "MASTER_PORT": str(free_port()),
             "RANK": "0",
             "LOCAL_RANK": "0",
             "WORLD_SIZE": "1",
@@ -241,9 +239,7 @@ def _watch(worker: subprocess.Popen, results_path: Path, timeout: float, max_rss
             worker.kill()
             worker.wait()
             too_much = f"above {max_rss_gib:g} GiB of RSS" if rss > max_rss_gib else f"over {timeout:.0f} s"
-            last.update(status="stopped", error=f"the worker was stopped: {too_much} (tiny config)")
-            with results_path.open("a") as handle:
-                handle.write(json.dumps(last) + "\n")
+            append_result(results_path, {**last, "status": "stopped", "error": f"the worker was stopped: {too_much}"})
 
 
 def _rss_gib(pid: int) -> float:
