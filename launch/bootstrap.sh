@@ -42,7 +42,15 @@ fi
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$(pins_hash)" ]; then
     command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || die "no C++ compiler: ORTModule's torch
   extensions are compiled on this machine. Install one (Debian: apt-get install g++)."
-    say "installing the pinned stack into $VENV (first time: several minutes, ~4 GB with torch's CUDA wheels)"
+    # Measured: the installed stack is 6.7 GB; pip also holds the downloaded wheels (~3 GB) while it installs.
+    need_gib=12
+    for dir in "$VENV" "${TMPDIR:-/tmp}"; do
+        free_kib="$(df -Pk "$dir" | awk 'NR==2 {print $4}')"
+        [ "$free_kib" -ge $((need_gib * 1024 * 1024)) ] || die "only $((free_kib / 1024 / 1024)) GiB free on the disk of $dir;
+  installing the stack needs ~$need_gib GiB there (6.7 GB installed with torch's CUDA wheels, plus pip's downloads).
+  Free some space (or point TMPDIR at a larger disk) and run this again."
+    done
+    say "installing the pinned stack into $VENV (first time: several minutes, 6.7 GB with torch's CUDA wheels)"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel \
         || die "pip cannot reach the package index: check network access to PyPI (or PIP_INDEX_URL)."
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" \
