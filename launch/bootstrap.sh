@@ -43,7 +43,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$(pins_hash)" ]; then
     command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || die "no C++ compiler: ORTModule's torch
   extensions are compiled on this machine. Install one (Debian: apt-get install g++)."
     # Measured: the installed stack is 6.7 GB; pip also holds the downloaded wheels (~3 GB) while it installs.
-    need_gib=12
+    need_gib=10
     for dir in "$VENV" "${TMPDIR:-/tmp}"; do
         free_kib="$(df -Pk "$dir" | awk 'NR==2 {print $4}')"
         [ "$free_kib" -ge $((need_gib * 1024 * 1024)) ] || die "only $((free_kib / 1024 / 1024)) GiB free on the disk of $dir;
