@@ -157,7 +157,11 @@ def trainer_class(ort: bool) -> type:
 
     from ort_zero.integrations.hf_trainer import ORTZeroTrainer
 
-    base = ORTZeroTrainer if ort else Trainer
+    return recording(ORTZeroTrainer if ort else Trainer)
+
+
+def recording(base: type) -> type:
+    """`base` (a Trainer class) recording every micro-batch's loss in its `step_losses`."""
 
     class RecordingTrainer(base):  # type: ignore[misc, valid-type]
         step_losses: StepLosses
@@ -170,11 +174,12 @@ def trainer_class(ort: bool) -> type:
     return RecordingTrainer
 
 
-def training_arguments(args: argparse.Namespace) -> Any:
-    """An ordinary TrainingArguments with a DeepSpeed config; "auto" values in the config are filled from these."""
+def training_arguments(args: argparse.Namespace, **overrides: Any) -> Any:
+    """An ordinary TrainingArguments with a DeepSpeed config; "auto" values in the config are filled from these.
+    `overrides` replace or add TrainingArguments fields (evaluation and save strategies, optimizer, ...)."""
     from transformers import TrainingArguments
 
-    return TrainingArguments(
+    fields: dict[str, Any] = dict(
         output_dir=str(args.output_dir),
         deepspeed=str(args.deepspeed),
         max_steps=args.max_steps,
@@ -193,6 +198,7 @@ def training_arguments(args: argparse.Namespace) -> Any:
         dataloader_num_workers=0,
         use_cpu=get_accelerator().device_name() == "cpu",  # else accelerate counts one process: see docs/huggingface.md
     )
+    return TrainingArguments(**{**fields, **overrides})
 
 
 def main(argv: list[str] | None = None) -> int:

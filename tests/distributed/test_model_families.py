@@ -56,6 +56,7 @@ def test_family_trains_in_ort_as_in_pytorch(launches: Callable[[str], dict], fam
     native, ort = runs[f"{family}/{attn}/native"], runs[f"{family}/{attn}/ort"]
     expected = DEFAULT_ATTENTION.get(family, "sdpa") if attn == "default" else attn
     assert native["attn_implementation"] == ort["attn_implementation"] == expected
+    assert not native["hooks"] and ort["hooks"], "the native run was on ort_zero's hooks, or the ORT run was not"
     assert ort["ort"]["session"], "no ORT training session"
     assert BRIDGES <= set(ort["ort"]["python_ops"]), ort["ort"]
     assert ort["partitioned"]["partitioned"] == ort["partitioned"]["params"], "not built under zero.Init"

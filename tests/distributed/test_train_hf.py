@@ -184,14 +184,30 @@ def test_saved_model_trains_on_from_pretrained(tmp_path: Path, llama: tuple[Path
 
 def test_resumed_run_continues_the_curve(tmp_path: Path, llama: tuple[Path, Path]) -> None:
     """From the ORT run's checkpoint at SAVE_AT, a new ORT run (resume_from_checkpoint) trains the remaining steps
-    on the same curve: weights, optimizer, scheduler, data order and RNG all came back."""
+    on the same curve: weights, optimizer, scheduler, data order and RNG all came back. Its final weights and
+    trainer state (steps, epoch, every logged loss, grad norm and learning rate) are the uninterrupted run's."""
     ort, _ = llama
     checkpoint = f"checkpoint-{SAVE_AT}"
     subprocess.run(["cp", "-r", str(ort / checkpoint), str(ort / "losses.csv"), str(tmp_path)], check=True)
-    train(tmp_path, "--model-type", "llama", "--max-steps", str(STEPS), "--resume")
+    train(tmp_path, "--model-type", "llama", "--max-steps", str(STEPS), "--save-steps", str(SAVE_AT), "--resume")
     assert_ran_in_ort(tmp_path)
     assert losses(tmp_path)[SAVE_AT:] == pytest.approx(losses(ort)[SAVE_AT:], abs=TOLERANCE)
     assert record(tmp_path, "result.json")["steps"] == STEPS
+    resumed, uninterrupted = weights(tmp_path), weights(ort)
+    assert set(resumed) == set(uninterrupted)
+    assert max((resumed[n] - uninterrupted[n]).abs().max().item() for n in resumed) <= TOLERANCE
+    expected = trainer_state(ort / f"checkpoint-{STEPS}")
+    assert trainer_state(tmp_path / f"checkpoint-{STEPS}") == pytest.approx(expected, abs=TOLERANCE)
+
+
+def trainer_state(checkpoint: Path) -> dict:
+    """What trainer_state.json says about the run, without wall-clock times: steps, epoch, the logged history."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    flat = {key: state[key] for key in ("global_step", "epoch", "max_steps")}
+    for i, entry in enumerate(state["log_history"]):
+        timed = ("runtime", "per_second", "total_flos")
+        flat.update({f"{i}.{key}": value for key, value in entry.items() if not any(t in key for t in timed)})
+    return flat
 
 
 def test_gradient_checkpointing_in_ort_is_layer_wise_recompute(tmp_path: Path) -> None:

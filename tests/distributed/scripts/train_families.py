@@ -22,6 +22,7 @@ CONFIG = ROOT / "ds_configs" / "zero3_hf_auto.json"
 
 
 def run(family: str, attn: str, ort: bool, out: Path, steps: int, rank: int) -> dict[str, Any]:
+    from ort_zero import api
     from ort_zero.data import CorpusWindows, load_corpus
     from ort_zero.examples import train_hf
     from ort_zero.examples.hf_models import build_model
@@ -46,6 +47,7 @@ def run(family: str, attn: str, ort: bool, out: Path, steps: int, rank: int) -> 
     trainer.step_losses = step_losses
     trainer.train()
     result: dict[str, Any] = {"attn_implementation": attention_implementation(model), "partitioned": built}
+    result["hooks"] = api.is_zero3_enabled()
     if ort:
         from ort_zero.ort.inspection import ort_run_record
 
@@ -56,6 +58,7 @@ def run(family: str, attn: str, ort: bool, out: Path, steps: int, rank: int) -> 
     trainer.accelerator.free_memory()
     del trainer, model
     gc.collect()
+    api.disable_zero3()  # ORTZeroTrainer enabled ort_zero's hooks: the next native run is DeepSpeed's own
     return result
 
 
