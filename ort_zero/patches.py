@@ -122,6 +122,20 @@ _deepspeed(
 )  # fmt: skip
 
 
+def _zero3_save_checkpoint(save_checkpoint: Any) -> Any:
+    from .zero3.saving import save_checkpoint_latest_last
+
+    return save_checkpoint_latest_last(save_checkpoint)
+
+
+_deepspeed(
+    "zero3", "deepspeed.save_checkpoint_latest_last", "deepspeed.runtime.engine:DeepSpeedEngine", "save_checkpoint",
+    "DeepSpeed's rank 0 writes the `latest` tag before the other ranks have finished writing their shards: a rank "
+    "lost mid-save leaves `latest` naming a half-written checkpoint. Written after every rank's files, atomically.",
+    _zero3_save_checkpoint,
+)  # fmt: skip
+
+
 @contextlib.contextmanager
 def _during_export(module: Any) -> Iterator[None]:
     """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, and the rewrites of the

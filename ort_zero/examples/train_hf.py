@@ -281,16 +281,16 @@ def numels(model: torch.nn.Module) -> dict[str, int]:
     }
 
 
-def resume_point(args: argparse.Namespace) -> str | None:
-    """The last checkpoint in --output-dir for --resume (None without --resume)."""
+def resume_point(args: argparse.Namespace) -> bool | None:
+    """--resume: True (the Trainer picks the checkpoint: ORTZeroTrainer the newest complete one, transformers.Trainer
+    the newest folder), once there is a checkpoint-N folder in --output-dir; None without --resume."""
     if not args.resume:
         return None
     from transformers.trainer_utils import get_last_checkpoint
 
-    last = get_last_checkpoint(str(args.output_dir)) if args.output_dir.is_dir() else None
-    if last is None:
+    if not args.output_dir.is_dir() or get_last_checkpoint(str(args.output_dir)) is None:
         raise UsageError(f"--resume: no checkpoint-N folder in {args.output_dir}")
-    return last
+    return True
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from transformers import Trainer, TrainingArguments
 from .. import api, settings
 from ..foreign import accelerate as accelerate_internals
 from ..zero3 import checkpointing
-from . import model_types
+from . import checkpoints, model_types
 
 
 class UnsupportedInORT(ValueError):
@@ -124,6 +124,21 @@ class ORTZeroTrainer(Trainer):
                 "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
             )
             return ORTModule(model)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *more: Any, **kwargs: Any) -> Any:
+        """`resume_from_checkpoint=True` resumes from the newest checkpoint every rank finished, not the newest
+        folder (one cut short by a lost rank is skipped, with a warning); without one, the Trainer's own error."""
+        if resume_from_checkpoint is True:
+            complete = checkpoints.last_complete_checkpoint(self.args.output_dir)
+            resume_from_checkpoint = str(complete) if complete else True
+        return super().train(resume_from_checkpoint, *more, **kwargs)
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """The Trainer's last per-rank write of a checkpoint; rank 0 writes the Trainer state (the folder's last
+        file) only after every rank has finished: a checkpoint with it is complete (integrations/checkpoints.py)."""
+        super()._save_rng_state(output_dir)
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()
 
     def prediction_step(
         self,

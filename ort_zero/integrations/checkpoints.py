@@ -1,0 +1,45 @@
+"""Which of the Trainer's checkpoint folders a run resumes from: the newest one that every rank finished.
+
+The Trainer writes `checkpoint-N/` in place and resumes (`resume_from_checkpoint=True`) from the highest N, finished
+or not: a rank lost while saving leaves a folder that `get_last_checkpoint` picks and DeepSpeed cannot load. In
+ORTZeroTrainer every rank has written its files before rank 0 writes the Trainer state, the folder's last file
+(`ORTZeroTrainer._save_rng_state`); so a folder with it is complete, and one without it was cut short.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+logger = logging.getLogger(__name__)
+_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+def is_complete(folder: Path) -> bool:
+    return (folder / TRAINER_STATE_NAME).is_file()
+
+
+def checkpoint_folders(output_dir: str | Path) -> list[Path]:
+    """The Trainer's `checkpoint-N` folders in `output_dir`, newest (highest N) first."""
+    root = Path(output_dir)
+    steps = {path: _CHECKPOINT.match(path.name) for path in root.iterdir()} if root.is_dir() else {}
+    found = [(int(match.group(1)), path) for path, match in steps.items() if match and path.is_dir()]
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint folder in `output_dir` (None if there is none); newer incomplete ones are
+    named in a warning."""
+    folders = checkpoint_folders(output_dir)
+    complete = next((folder for folder in folders if is_complete(folder)), None)
+    skipped = folders[: folders.index(complete)] if complete else folders
+    if complete and skipped:
+        logger.warning(
+            "ort_zero: %s incomplete (no %s: a rank stopped while saving it); resuming from %s",
+            ", ".join(folder.name for folder in skipped), TRAINER_STATE_NAME, complete.name,
+        )  # fmt: skip
+    return complete

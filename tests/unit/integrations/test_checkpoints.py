@@ -1,0 +1,53 @@
+"""Which checkpoint folder ORTZeroTrainer resumes from: the newest complete one (it has the Trainer state)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from ort_zero.integrations.checkpoints import checkpoint_folders, last_complete_checkpoint
+
+
+def make(root: Path, name: str, complete: bool) -> Path:
+    folder = root / name
+    (folder / "global_step").mkdir(parents=True)
+    if complete:
+        (folder / "trainer_state.json").write_text("{}")
+    return folder
+
+
+def test_folders_are_ordered_by_step_number_and_other_names_are_ignored(tmp_path: Path) -> None:
+    for name in ("checkpoint-9", "checkpoint-10", "checkpoint-2", "checkpoint-4.bak", "tmp-checkpoint-12"):
+        make(tmp_path, name, complete=True)
+    (tmp_path / "checkpoint-11").write_text("a file, not a folder")
+    assert [p.name for p in checkpoint_folders(tmp_path)] == ["checkpoint-10", "checkpoint-9", "checkpoint-2"]
+
+
+def test_newest_complete_checkpoint_is_chosen_and_the_skipped_ones_are_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make(tmp_path, "checkpoint-2", complete=True)
+    expected = make(tmp_path, "checkpoint-4", complete=True)
+    make(tmp_path, "checkpoint-6", complete=False)
+    make(tmp_path, "checkpoint-8", complete=False)
+    with caplog.at_level(logging.WARNING, logger="ort_zero"):
+        assert last_complete_checkpoint(tmp_path) == expected
+    assert "checkpoint-8, checkpoint-6 incomplete" in caplog.text and "resuming from checkpoint-4" in caplog.text
+
+
+def test_the_newest_folder_is_chosen_silently_when_it_is_complete(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make(tmp_path, "checkpoint-2", complete=False)  # older incomplete folders do not matter
+    expected = make(tmp_path, "checkpoint-4", complete=True)
+    with caplog.at_level(logging.WARNING, logger="ort_zero"):
+        assert last_complete_checkpoint(tmp_path) == expected
+    assert caplog.text == ""
+
+
+def test_no_complete_checkpoint_gives_none(tmp_path: Path) -> None:
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+    make(tmp_path, "checkpoint-2", complete=False)
+    assert last_complete_checkpoint(tmp_path) is None
