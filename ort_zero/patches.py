@@ -195,6 +195,22 @@ for _name, _owner, _attribute, _reason, _factory in [
     _ort("ort", _name, _owner, _attribute, _reason, _factory)
 
 
+def _noting_parameter_reads(getitem: Any) -> Any:
+    from .zero3.external_params import noting_reads
+
+    return noting_reads(getitem)
+
+
+_deepspeed(
+    "ort_export", "deepspeed.parameter_reads_in_export", "deepspeed.runtime.zero.parameter_offload:ZeROOrderedDict",
+    "__getitem__",
+    "DeepSpeed registers a parameter read outside its module's forward as an external parameter at the first eager "
+    "access, which an export never makes (its stand-ins are available): while ORTModule's output-schema forward "
+    "runs before the export, such reads are noted and registered the same way (zero3/external_params.py).",
+    _noting_parameter_reads,
+)  # fmt: skip
+
+
 def _plain_linear_in_export(current: Any) -> Any:
     from deepspeed.runtime.zero.linear import zero3_linear_wrap
     from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses

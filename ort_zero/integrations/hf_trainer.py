@@ -26,6 +26,7 @@ from transformers import Trainer, TrainingArguments
 
 from .. import api, settings
 from ..foreign import accelerate as accelerate_internals
+from ..foreign import transformers as transformers_internals
 from ..zero3 import checkpointing
 from . import checkpoints, model_types
 
@@ -136,7 +137,7 @@ class ORTZeroTrainer(Trainer):
     def _save_rng_state(self, output_dir: str) -> None:
         """The Trainer's last per-rank write of a checkpoint; rank 0 writes the Trainer state (the folder's last
         file) only after every rank has finished: a checkpoint with it is complete (integrations/checkpoints.py)."""
-        super()._save_rng_state(output_dir)
+        transformers_internals.save_rng_state(ORTZeroTrainer, self, output_dir)
         if torch.distributed.is_initialized():
             torch.distributed.barrier()
 

@@ -19,6 +19,7 @@ import torch
 from .. import settings
 from ..foreign import ortmodule
 from ..foreign import torch as torch_internals
+from ..zero3 import external_params
 from .export_context import is_zero3_module, stood_in_for_export
 from .export_errors import naming_export_failures
 from .footprint import trim_training_manager
@@ -64,7 +65,7 @@ def schema_forward(
     def parse_outputs(flattened_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if not is_zero3_module(flattened_module):
             return original(flattened_module, *args, **kwargs)
-        with during_export(flattened_module), stood_in_for_export(flattened_module):
+        with during_export(flattened_module), stood_in_for_export(flattened_module), external_params.discovering():
             try:
                 with torch_internals.fake_tensors(), warnings.catch_warnings():
                     # ORTModule deep-copies the inputs, and torch's deepcopy asks a fake copy for its data pointer

@@ -10,7 +10,7 @@ from deepspeed.runtime.zero.utils import is_zero_param
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
-from . import checkpointing
+from . import checkpointing, external_params
 from . import state as zero3_state
 from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge, release_after_forward
 
@@ -53,6 +53,8 @@ class ZeROOffloadSubscriber(SubscriberBase):
         module_state = self.states.get(module)
         if module_state is None:
             return args, kwargs
+        if is_exporting():
+            external_params.entered(module_state)
         flat = flatten((args, kwargs))
         if is_exporting() and (running := checkpointing.running_checkpoint()):
             # what the export-time patches cannot see (a non-reentrant checkpoint) meets the same policy here
@@ -73,6 +75,8 @@ class ZeROOffloadSubscriber(SubscriberBase):
         module_state = self.states.get(module)
         if module_state is None:
             return outputs
+        if is_exporting():
+            external_params.left(module_state)
         flat = flatten(outputs)
         returned = [p for p in map(_zero3_param_behind, flat.tensors) if p is not None]
         previous = list(map(id, module_state.returned_params))

@@ -7,7 +7,9 @@ the example's own job per family), so the suite pays the start-up once.
 Mixture-of-experts families (gpt_oss, deepseek_v3, qwen3_moe, mixtral) run their experts as one batched matmul
 (`experts_implementation="batched_mm"`, as the example builds them): every rank gathers every expert's weights
 whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3's gathers. OLMo is here for
-ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Llama 4
+ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba and Zamba for the parameters their Mamba layers read without calling
+the module that owns them (`conv1d.weight`: registered as external parameters before the export,
+ort_zero/zero3/external_params.py); Llama 4
 needs the rewrite of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override.
 """
 
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "scripts" / "train_families.py"
 FAMILIES = [
     "qwen3", "gemma3_text", "smollm3", "olmo2", "phi3", "gpt_oss", "deepseek_v3", "qwen3_moe", "llama4_text",
-    "mixtral", "olmo",
+    "mixtral", "olmo", "jamba", "zamba",
 ]  # fmt: skip
 # What from_pretrained gives where it is not sdpa: GPT-OSS's attention sinks have only an eager path in transformers.
 DEFAULT_ATTENTION = {"gpt_oss": "eager"}
