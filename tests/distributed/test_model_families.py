@@ -7,10 +7,10 @@ the example's own job per family), so the suite pays the start-up once.
 Mixture-of-experts families (gpt_oss, deepseek_v3, qwen3_moe, mixtral) run their experts as one batched matmul
 (`experts_implementation="batched_mm"`, as the example builds them): every rank gathers every expert's weights
 whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3's gathers. OLMo is here for
-ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba and Zamba for the parameters their Mamba layers read without calling
-the module that owns them (`conv1d.weight`: registered as external parameters before the export,
-ort_zero/zero3/external_params.py); Llama 4
-needs the rewrite of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override.
+ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba
+and Zamba for the parameters their Mamba layers read without calling the module that owns them (`conv1d.weight`:
+registered as external parameters before the export, ort_zero/zero3/external_params.py); Llama 4 needs the rewrite
+of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override.
 """
 
 from __future__ import annotations
