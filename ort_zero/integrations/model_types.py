@@ -31,7 +31,8 @@ UNSUPPORTED: dict[str, str] = {
     "phimoe": "its router samples with Tensor.exponential_ in training, which has no ONNX export",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
     **dict.fromkeys(("bailing_hybrid", "kimi_linear", "inkling2_text"), _REMOVE_EDGE),
-    "jetmoe": "ORT's backward reads a one-element stand-in for a parameter its experts read outside their module",
+    "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
+    "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
     "prophetnet": "its n-gram attention calls a Linear twice per forward; ORT's backward finds its weight not gathered",
     "blt": "its entropy patcher uses torch.diff, which has no ONNX export (aten::diff)",
     "dbrx": "ORT has no gradient for ReduceL1 (its router normalizes the top expert weights by their L1 norm)",
