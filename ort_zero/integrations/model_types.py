@@ -8,7 +8,6 @@ run that silently diverges from PyTorch is worse than one that stops.
 
 from __future__ import annotations
 
-_SHAPES = "ORT's symbolic shape inference fails on the exported graph and ORT's Reshape then fails at run time"
 _ALIAS = "torch's TorchScript exporter fails an internal assert on the attention's in-place scatter with a reduction"
 _SOLVE = "its linear attention solves a triangular system (linalg_solve_triangular), which has no ONNX export"
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
@@ -17,15 +16,12 @@ _MAMBA2 = "ORT's symbolic shape inference fails on its Mamba-2 mixer (int(inf): 
 _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
 UNSUPPORTED: dict[str, str] = {
-    **dict.fromkeys(("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "falcon_h1", "helium"), _SHAPES),
-    "nemotron_h": _SHAPES,
     **dict.fromkeys(("axk2", "deepseek_v32", "glm_moe_dsa", "hy_v4"), _ALIAS),
     **dict.fromkeys(("dots3_note", "dots3_note_text"), _ALIAS),
-    **dict.fromkeys(("bamba", "granitemoehybrid", "mamba2", "zamba2"), _MAMBA2),
+    **dict.fromkeys(("bamba", "falcon_h1", "granitemoehybrid", "mamba2", "nemotron_h", "zamba2"), _MAMBA2),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next"), _SOLVE),
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _SOLVE),
-    **dict.fromkeys(("glm", "glm4"), "torch's exporter stops on tensors of different rank in one concatenation"),
     **dict.fromkeys(("granite_swa", "granitemoe_swa"), "ORT builds an invalid gradient for its ReduceLogSumExp"),
     "deepseek_v2": "its rotary embedding computes with complex numbers (torch.polar), which ONNX has no type for",
     "phimoe": "its router samples with Tensor.exponential_ in training, which has no ONNX export",

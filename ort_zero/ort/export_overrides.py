@@ -100,6 +100,17 @@ def _bool_cumsum(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
     return cumsum
 
 
+def _repeat_interleave_on_own_dim(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def repeat_interleave(g: Any, input: Any, repeats: Any, dim: Any = None, output_size: Any = None) -> Any:
+        from torch.onnx.symbolic_opset13 import repeat_interleave as torch_repeat_interleave
+
+        if not torch_internals.onnx_is_none(dim):  # a constant of its own, which torch's symbolic may change
+            dim = g.op("Constant", value_t=torch.tensor(torch_internals.onnx_constant_int(dim, "dim")))
+        return torch_repeat_interleave(g, input, repeats, dim, output_size)
+
+    return repeat_interleave
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -135,6 +146,15 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "torch's exporter writes the cumulative sum of a boolean tensor as CumSum on bool, which ONNX does not define "
         "(ORT: INVALID_GRAPH): the booleans are cast to int64 first, as torch sums them",
         _bool_cumsum,
+    ),
+    ExportOverride(
+        "aten::repeat_interleave",
+        ("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium"),
+        "torch's symbolic turns a negative dim into a positive one by adding the rank in place, to the value of the "
+        "traced constant itself; the tracer shares one constant -1 among all the ops that pass it, so every later "
+        "dim=-1 and view(..., -1, d) of the model took the rotary embedding's positive dim (wrong axes, a Reshape "
+        "that fails): each repeat_interleave gets a constant dim of its own",
+        _repeat_interleave_on_own_dim,
     ),
 )
 

@@ -10,7 +10,8 @@ whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3
 ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba
 and Zamba for the parameters their Mamba layers read without calling the module that owns them (`conv1d.weight`:
 registered as external parameters before the export, ort_zero/zero3/external_params.py); Llama 4 needs the rewrite
-of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override.
+of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override; Cohere 2 the
+repeat_interleave override (its interleaved rotary embedding: without it every later dim=-1 of the model is wrong).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "scripts" / "train_families.py"
 FAMILIES = [
     "qwen3", "gemma3_text", "smollm3", "olmo2", "phi3", "gpt_oss", "deepseek_v3", "qwen3_moe", "llama4_text",
-    "mixtral", "olmo", "jamba", "zamba",
+    "mixtral", "olmo", "jamba", "zamba", "cohere2",
 ]  # fmt: skip
 # What from_pretrained gives where it is not sdpa: GPT-OSS's attention sinks have only an eager path in transformers.
 DEFAULT_ATTENTION = {"gpt_oss": "eager"}

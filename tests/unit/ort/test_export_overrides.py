@@ -36,6 +36,8 @@ CASES = {
     "aten::softplus": lambda x: F.softplus(3.0 * x, beta=2.0),
     "aten::rms_norm": lambda x: F.rms_norm(x, (8,)),
     "aten::cumsum": lambda x: x * (x > 0).cumsum(-1),  # Llama 4's attention mask counts booleans
+    # Cohere's rotary embedding, then a view with -1: the tracer pools the two -1s into one constant
+    "aten::repeat_interleave": lambda x: torch.repeat_interleave(x[:, :4], 2, dim=-1) * x.view(4, -1, 2).flatten(-2),
 }
 
 
