@@ -244,11 +244,21 @@ _torch(
 _LLAMA4 = export_rewrites.LLAMA4
 _transformers(
     _LLAMA4.group, "transformers.llama4_rotary_in_export", f"{_LLAMA4.modeling_module}:Llama4TextRotaryEmbedding",
-    "forward", _LLAMA4.reason, lambda replaced: export_rewrites.llama4_rotary_pairs,
+    "forward", _LLAMA4.reason, lambda replaced: export_rewrites.rotary_pairs,
 )  # fmt: skip
 _transformers(
     _LLAMA4.group, "transformers.llama4_apply_rotary_in_export", _LLAMA4.modeling_module, "apply_rotary_emb",
     _LLAMA4.reason, lambda replaced: export_rewrites.llama4_rotate_pairs,
+)  # fmt: skip
+_DEEPSEEK_V2 = export_rewrites.DEEPSEEK_V2
+_transformers(
+    _DEEPSEEK_V2.group, "transformers.deepseek_v2_rotary_in_export",
+    f"{_DEEPSEEK_V2.modeling_module}:DeepseekV2RotaryEmbedding", "forward", _DEEPSEEK_V2.reason,
+    lambda replaced: export_rewrites.rotary_pairs,
+)  # fmt: skip
+_transformers(
+    _DEEPSEEK_V2.group, "transformers.deepseek_v2_apply_rotary_in_export", _DEEPSEEK_V2.modeling_module,
+    "apply_rotary_emb", _DEEPSEEK_V2.reason, lambda replaced: export_rewrites.deepseek_v2_rotate_pairs,
 )  # fmt: skip
 
 # Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).

@@ -32,7 +32,14 @@ LLAMA4 = ModelRewrite(
     "for: while it is exported, the rotary module returns (cos, sin) pairs and apply_rotary_emb rotates each pair "
     "of channels in real arithmetic (the same values)",
 )
-REWRITES = (LLAMA4,)
+DEEPSEEK_V2 = ModelRewrite(
+    "export_deepseek_v2",
+    "transformers.models.deepseek_v2.modeling_deepseek_v2",
+    ("deepseek_v2",),
+    "DeepSeek-V2's rotary embedding multiplies complex numbers as Llama 4's does (heads before positions): the same "
+    "rewrite in real arithmetic",
+)
+REWRITES = (LLAMA4, DEEPSEEK_V2)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -42,17 +49,20 @@ def groups_for(module: torch.nn.Module) -> list[str]:
 
 
 @torch.no_grad()
-def llama4_rotary_pairs(self: Any, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-    """`Llama4TextRotaryEmbedding.forward` without complex numbers: (cos, sin) of each frequency in a last dimension
-    of 2, scaled as transformers scales its complex values."""
+def rotary_pairs(self: Any, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """A complex rotary embedding's forward (`Llama4TextRotaryEmbedding`, `DeepseekV2RotaryEmbedding`) without
+    complex numbers: (cos, sin) of each frequency in a last dimension of 2, scaled as transformers scales its complex
+    values."""
     freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
     return torch.stack((torch.cos(freqs), torch.sin(freqs)), dim=-1) * self.attention_scaling
 
 
-def llama4_rotate_pairs(xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _rotate_pairs(
+    xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor, head_axis: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`apply_rotary_emb` on (cos, sin) pairs: channels (2i, 2i+1) of each head rotated as the complex product
-    (a + ib)(cos + i sin) = (a cos - b sin) + i(a sin + b cos)."""
-    cos, sin = freqs[..., 0][:, :, None, :], freqs[..., 1][:, :, None, :]
+    (a + ib)(cos + i sin) = (a cos - b sin) + i(a sin + b cos); the pairs broadcast over the heads' axis."""
+    cos, sin = freqs[..., 0].unsqueeze(head_axis), freqs[..., 1].unsqueeze(head_axis)
 
     def rotate(x: torch.Tensor) -> torch.Tensor:
         pairs = x.float().reshape(*x.shape[:-1], -1, 2)
@@ -61,3 +71,15 @@ def llama4_rotate_pairs(xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor)
         return rotated.flatten(3).type_as(x)
 
     return rotate(xq), rotate(xk)
+
+
+def llama4_rotate_pairs(xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Llama 4's `apply_rotary_emb` (queries and keys as batch, position, head, channel)."""
+    return _rotate_pairs(xq, xk, freqs, head_axis=2)
+
+
+def deepseek_v2_rotate_pairs(
+    xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V2's `apply_rotary_emb` (queries and keys as batch, head, position, channel)."""
+    return _rotate_pairs(xq, xk, freqs, head_axis=1)
