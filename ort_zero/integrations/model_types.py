@@ -22,7 +22,6 @@ UNSUPPORTED: dict[str, str] = {
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next"), _SOLVE),
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _SOLVE),
-    **dict.fromkeys(("granite_swa", "granitemoe_swa"), "ORT builds an invalid gradient for its ReduceLogSumExp"),
     "phimoe": "its router samples with Tensor.exponential_ in training, which has no ONNX export",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
     **dict.fromkeys(("bailing_hybrid", "kimi_linear", "inkling2_text"), _REMOVE_EDGE),

@@ -111,6 +111,19 @@ def _repeat_interleave_on_own_dim(ort_symbolic: Callable[..., Any] | None) -> Ca
     return repeat_interleave
 
 
+def _logsumexp_keeping_dims(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def logsumexp(g: Any, input: Any, dim: Any, keepdim: Any) -> Any:
+        dims = torch_internals.onnx_constant_ints(dim, "dim")
+        reduced = g.op("ReduceLogSumExp", input, axes_i=dims, keepdims_i=1)  # ORT's gradient is valid for this form
+        if torch_internals.onnx_constant_int(keepdim, "keepdim"):
+            return reduced
+        if not dims:  # all dimensions reduced: every one is 1 now
+            return g.op("Squeeze", reduced)
+        return g.op("Squeeze", reduced, g.op("Constant", value_t=torch.tensor(dims, dtype=torch.int64)))
+
+    return logsumexp
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -155,6 +168,13 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "dim=-1 and view(..., -1, d) of the model took the rotary embedding's positive dim (wrong axes, a Reshape "
         "that fails): each repeat_interleave gets a constant dim of its own",
         _repeat_interleave_on_own_dim,
+    ),
+    ExportOverride(
+        "aten::logsumexp",
+        ("granite_swa", "granitemoe_swa"),
+        "ORT 1.19.2 builds an invalid gradient for ReduceLogSumExp without keepdims at opset 17 (an Unsqueeze with "
+        "its axes as an attribute, which opset 13 made an input): exported with keepdims and a Squeeze after it",
+        _logsumexp_keeping_dims,
     ),
 )
 
