@@ -38,7 +38,8 @@ CASES = {
     "aten::cumsum": lambda x: x * (x > 0).cumsum(-1),  # Llama 4's attention mask counts booleans
     # Cohere's rotary embedding, then a view with -1: the tracer pools the two -1s into one constant
     "aten::repeat_interleave": lambda x: torch.repeat_interleave(x[:, :4], 2, dim=-1) * x.view(4, -1, 2).flatten(-2),
-    "aten::logsumexp": lambda x: x * torch.sigmoid(torch.logsumexp(x, dim=-1) - 1.0).unsqueeze(-1),  # Granite SWA's sinks
+    # Granite SWA's attention sinks
+    "aten::logsumexp": lambda x: x * torch.sigmoid(torch.logsumexp(x, dim=-1) - 1.0).unsqueeze(-1),
 }
 
 
