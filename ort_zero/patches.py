@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
-from .ort import console, export_context, export_rewrites, torch_compat
+from .ort import console, export_context, export_rewrites, shape_inference, torch_compat
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
     UnsupportedVersionError,
@@ -295,6 +295,21 @@ _ort(
     "(ort_zero/ort/export_overrides.py: each op, why, and the model types that need it). Registrations stay with "
     "torch's exporter until the next ORTModule registers ORT's again.",
     _deferred(lambda: _export_overrides().registering_overrides),
+)  # fmt: skip
+
+# ORT's symbolic shape inference on graphs it gave up on (ort_zero/ort/shape_inference.py says where and why).
+_ort(
+    "ort", "ort.shape_inference_finite_values", "onnxruntime.tools.symbolic_shape_infer:SymbolicShapeInference",
+    "_try_get_value",
+    "ORT's symbolic shape inference converts every constant it follows to an int: an infinite one (a clamp's "
+    "upper limit, in the Mamba-2 mixers) raised OverflowError; a value that is not finite is no shape: unknown",
+    shape_inference.finite_values_only,
+)  # fmt: skip
+_ort(
+    "ort", "ort.shape_inference_recursion", f"{_GTM}:GraphTransitionManager", "_infer_shapes",
+    "ORT's symbolic shape inference recursed beyond Python's default limit on the Mamba-2 mixers' scan: the limit "
+    "is raised while it runs",
+    shape_inference.with_deeper_recursion,
 )  # fmt: skip
 
 # What ORTModule prints (why each line goes: ort_zero/ort/console.py).

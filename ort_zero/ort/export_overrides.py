@@ -124,6 +124,16 @@ def _logsumexp_keeping_dims(ort_symbolic: Callable[..., Any] | None) -> Callable
     return logsumexp
 
 
+def _permute_nonnegative(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def permute(g: Any, input: Any, dims: Any) -> Any:
+        perm = [dim % len(order) for order in [torch_internals.onnx_constant_ints(dims, "dims")] for dim in order]
+        if perm == list(range(len(perm))):
+            return input
+        return g.op("Transpose", input, perm_i=perm)
+
+    return permute
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -175,6 +185,13 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "ORT 1.19.2 builds an invalid gradient for ReduceLogSumExp without keepdims at opset 17 (an Unsqueeze with "
         "its axes as an attribute, which opset 13 made an input): exported with keepdims and a Squeeze after it",
         _logsumexp_keeping_dims,
+    ),
+    ExportOverride(
+        "aten::permute",
+        ("bamba", "falcon_h1", "granitemoehybrid", "mamba2", "nemotron_h", "zamba2"),
+        "torch's symbolic writes permute's dims into Transpose's perm as given, negative ones too, which ONNX does not "
+        "allow (ORT: Invalid attribute perm; the Mamba-2 mixers' permute(0, -2, -1, 1)): made nonnegative",
+        _permute_nonnegative,
     ),
 )
 

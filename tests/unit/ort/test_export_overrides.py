@@ -40,6 +40,7 @@ CASES = {
     "aten::repeat_interleave": lambda x: torch.repeat_interleave(x[:, :4], 2, dim=-1) * x.view(4, -1, 2).flatten(-2),
     # Granite SWA's attention sinks
     "aten::logsumexp": lambda x: x * torch.sigmoid(torch.logsumexp(x, dim=-1) - 1.0).unsqueeze(-1),
+    "aten::permute": lambda x: x.view(4, 2, 4).permute(0, -1, 1).reshape(4, 8),  # the Mamba-2 mixers' negative dims
 }
 
 
