@@ -240,6 +240,15 @@ _torch(
     export_context.shape_inference_without_stand_ins,
 )  # fmt: skip
 
+for _method in ("scatter", "scatter_"):
+    _torch(
+        "ort_export", f"torch.{_method}_value_in_export", "torch:Tensor", _method,
+        "torch's TorchScript exporter fails an internal assert (alias analysis) on a scatter of a Python bool (the "
+        "DeepSeek-V3.2-style sparse attention's mask): while ORTModule exports a ZeRO-3 model, the bool is scattered "
+        "as the int 0 or 1 (the same values in a bool tensor)",
+        export_rewrites.scatter_bool_value_as_int,
+    )  # fmt: skip
+
 # Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export_rewrites.py).
 _LLAMA4 = export_rewrites.LLAMA4
 _transformers(

@@ -8,7 +8,6 @@ run that silently diverges from PyTorch is worse than one that stops.
 
 from __future__ import annotations
 
-_ALIAS = "torch's TorchScript exporter fails an internal assert on the attention's in-place scatter with a reduction"
 _SOLVE = "its linear attention solves a triangular system (linalg_solve_triangular), which has no ONNX export"
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
 _REMOVE_EDGE = "ORT's graph build fails on its exported graph (Graph::RemoveEdge: argument mismatch)"
@@ -16,15 +15,13 @@ _MAMBA2 = "ORT's symbolic shape inference fails on its Mamba-2 mixer (int(inf): 
 _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
 UNSUPPORTED: dict[str, str] = {
-    **dict.fromkeys(("axk2", "deepseek_v32", "glm_moe_dsa", "hy_v4"), _ALIAS),
-    **dict.fromkeys(("dots3_note", "dots3_note_text"), _ALIAS),
     **dict.fromkeys(("bamba", "falcon_h1", "granitemoehybrid", "mamba2", "nemotron_h", "zamba2"), _MAMBA2),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next"), _SOLVE),
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _SOLVE),
     "phimoe": "its router samples with Tensor.exponential_ in training, which has no ONNX export",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
-    **dict.fromkeys(("bailing_hybrid", "kimi_linear", "inkling2_text"), _REMOVE_EDGE),
+    **dict.fromkeys(("bailing_hybrid", "hy_v4", "kimi_linear", "inkling2_text"), _REMOVE_EDGE),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
     "prophetnet": "its n-gram attention calls a Linear twice per forward; ORT's backward finds its weight not gathered",

@@ -10,6 +10,8 @@ modules come from that modeling file is exported.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,3 +85,21 @@ def deepseek_v2_rotate_pairs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """DeepSeek-V2's `apply_rotary_emb` (queries and keys as batch, head, position, channel)."""
     return _rotate_pairs(xq, xk, freqs, head_axis=1)
+
+
+def scatter_bool_value_as_int(scatter: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """`Tensor.scatter`/`scatter_` with a Python bool as its value, traced with the same value as an int (0 or 1).
+
+    torch's tracer records a bool where the op takes a Scalar, and the TorchScript exporter's alias analysis then
+    finds no schema for it (an internal assert): the sparse attention of DeepSeek-V3.2-like types builds its mask
+    with `.scatter(-1, topk, False)`. Scattered into a bool tensor, 0 and 1 are False and True."""
+
+    @functools.wraps(scatter)
+    def scatter_with_int(self: torch.Tensor, dim: int, index: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], bool):
+            args = (int(args[0]), *args[1:])
+        if isinstance(kwargs.get("value"), bool):
+            kwargs["value"] = int(kwargs["value"])
+        return scatter(self, dim, index, *args, **kwargs)
+
+    return scatter_with_int

@@ -41,11 +41,12 @@ class ZeROOffloadSubscriber(SubscriberBase):
         self, run_context: RunContext, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]
     ) -> tuple[tuple, dict[str, Any]]:
         flat = flatten((args, kwargs))
-        if not flat.tensors:
+        carried = Carried(flat.tensors)
+        if not carried.tensors:
             if not is_exporting():
                 self.offload.get_param_coordinator().reset_step()
             return args, kwargs
-        return flat.rebuild(StepStartBridge.apply(self.root_state.key, *flat.tensors))
+        return flat.rebuild(carried.merged(StepStartBridge.apply(self.root_state.key, *carried.tensors)))
 
     def pre_forward_module(
         self, run_context: RunContext, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]
@@ -56,20 +57,21 @@ class ZeROOffloadSubscriber(SubscriberBase):
         if is_exporting():
             external_params.entered(module_state)
         flat = flatten((args, kwargs))
+        carried = Carried(flat.tensors)
         if is_exporting() and (running := checkpointing.running_checkpoint()):
             # what the export-time patches cannot see (a non-reentrant checkpoint) meets the same policy here
             checkpointing.on_checkpoint(running)
         # Only an export passes the parameters: their graph inputs then flow through the bridge for the rewrite.
         params = module_state.bridged_params() if is_exporting() else []
-        if not flat.tensors and not params:
+        if not carried.tensors and not params:
             if is_exporting():
                 _warn_not_in_graph(module, "gather")
             else:
                 module_state.grads_remaining = 0  # counted afresh at every forward (see PreForwardBridge)
                 module_state.offload.pre_sub_module_forward_function(module)
             return args, kwargs
-        outputs = PreForwardBridge.apply(module_state.key, len(flat.tensors), *flat.tensors, *params)
-        return flat.rebuild(_keep_param_aliases(flat.tensors, outputs[: len(flat.tensors)]))
+        outputs = PreForwardBridge.apply(module_state.key, len(carried.tensors), *carried.tensors, *params)
+        return flat.rebuild(_keep_param_aliases(flat.tensors, carried.merged(outputs[: len(carried.tensors)])))
 
     def post_forward_module(self, run_context: RunContext, module: torch.nn.Module, args: tuple, outputs: Any) -> Any:
         module_state = self.states.get(module)
@@ -87,13 +89,34 @@ class ZeROOffloadSubscriber(SubscriberBase):
                 type(module).__name__,
             )
         module_state.returned_params = returned
-        if not flat.tensors:
+        carried = Carried(flat.tensors)
+        if not carried.tensors:
             if is_exporting():
                 _warn_not_in_graph(module, "release")
             else:
                 release_after_forward(module_state)
             return outputs
-        return flat.rebuild(_keep_param_aliases(flat.tensors, PostForwardBridge.apply(module_state.key, *flat.tensors)))
+        released = carried.merged(PostForwardBridge.apply(module_state.key, *carried.tensors))
+        return flat.rebuild(_keep_param_aliases(flat.tensors, released))
+
+
+class Carried:
+    """The tensors of a module boundary that its bridge carries: all but the bool ones, which pass around it. ORT
+    1.19.2 hands a PythonOp's bool outputs back as uint8, and the next op that reads one as bool fails (a bool
+    attention mask handed to a module: DeepSeek-V3.2's sparse-attention indexer); a bool tensor has no gradient,
+    and the module's parameters come out of the bridge, so nothing that gathers or releases depends on it."""
+
+    def __init__(self, tensors: tuple[torch.Tensor, ...] | list[torch.Tensor]) -> None:
+        self.all = tuple(tensors)
+        self.positions = [index for index, tensor in enumerate(self.all) if tensor.dtype != torch.bool]
+        self.tensors = tuple(self.all[index] for index in self.positions)
+
+    def merged(self, outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """All tensors again, the carried ones replaced by the bridge's `outputs` (in order)."""
+        merged = list(self.all)
+        for index, output in zip(self.positions, outputs, strict=True):
+            merged[index] = output
+        return tuple(merged)
 
 
 def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:

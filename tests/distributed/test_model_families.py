@@ -11,7 +11,9 @@ ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects t
 and Zamba for the parameters their Mamba layers read without calling the module that owns them (`conv1d.weight`:
 registered as external parameters before the export, ort_zero/zero3/external_params.py); Llama 4 needs the rewrite
 of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override; Cohere 2 the
-repeat_interleave override (its interleaved rotary embedding: without it every later dim=-1 of the model is wrong).
+repeat_interleave override (its interleaved rotary embedding: without it every later dim=-1 of the model is wrong);
+DeepSeek-V3.2 hands a bool attention mask to its sparse-attention indexer, which the bridges carry around them
+(ORT returns a PythonOp's bool outputs as uint8), and scatters a bool into its mask (traced as an int).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "scripts" / "train_families.py"
 FAMILIES = [
     "qwen3", "gemma3_text", "smollm3", "olmo2", "phi3", "gpt_oss", "deepseek_v3", "qwen3_moe", "llama4_text",
-    "mixtral", "olmo", "jamba", "zamba", "cohere2",
+    "mixtral", "olmo", "jamba", "zamba", "cohere2", "deepseek_v32",
 ]  # fmt: skip
 # What from_pretrained gives where it is not sdpa: GPT-OSS's attention sinks have only an eager path in transformers.
 DEFAULT_ATTENTION = {"gpt_oss": "eager"}

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from ort_zero import settings
 from ort_zero.hooks import exporting
 from ort_zero.zero3 import checkpointing
+from ort_zero.zero3.subscriber import Carried
 
 
 class ReturnsBias(nn.Linear):
@@ -108,3 +109,14 @@ def test_export_inside_a_non_reentrant_checkpoint_meets_the_checkpoint_policy(
     model(torch.randn(3, 2, requires_grad=True))  # not exporting: the checkpoint runs as in PyTorch
     with exporting(), pytest.raises(checkpointing.CheckpointingRefused, match=f"the model calls {kind} while"):
         model(torch.randn(3, 2, requires_grad=True))
+
+
+def test_bool_tensors_pass_around_the_bridges() -> None:
+    """ORT 1.19.2 returns a PythonOp's bool outputs as uint8: a bool mask is not carried by a bridge, and the
+    bridge's outputs take the places of the tensors it carried."""
+    hidden, mask, ids = torch.randn(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.arange(3)
+    carried = Carried((hidden, mask, ids))
+    assert carried.tensors == (hidden, ids)
+    replaced = (hidden + 1, ids + 1)
+    merged = carried.merged(replaced)
+    assert merged[0] is replaced[0] and merged[1] is mask and merged[2] is replaced[1]
