@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
-from .ort import console, export_context, export_rewrites, torch_compat
+from .ort import console, export_context, export_python_ops, export_rewrites, torch_compat
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
     UnsupportedVersionError,
@@ -138,10 +138,12 @@ _deepspeed(
 
 @contextlib.contextmanager
 def _during_export(module: Any) -> Iterator[None]:
-    """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, and the rewrites of the
-    model code `module` runs (export_rewrites), applied while it lasts."""
+    """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, the torch ops that run
+    in PyTorch from the ORT graph (export_python_ops) and the rewrites of the model code `module` runs
+    (export_rewrites), applied while it lasts."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(applied("ort_export"))
+        stack.enter_context(applied(_PYTHON_OPS))
         for group in export_rewrites.groups_for(module):
             stack.enter_context(applied(group))
         yield
@@ -250,6 +252,12 @@ _transformers(
     _LLAMA4.group, "transformers.llama4_apply_rotary_in_export", _LLAMA4.modeling_module, "apply_rotary_emb",
     _LLAMA4.reason, lambda replaced: export_rewrites.llama4_rotate_pairs,
 )  # fmt: skip
+
+# Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
+# (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
+_PYTHON_OPS = "export_python_ops"
+for _op in export_python_ops.PYTHON_OPS:
+    _torch(_PYTHON_OPS, _op.name, _op.owner, _op.attribute, _op.reason, _op.replacing)
 
 # Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
 _POLICY = "ORT cannot run a checkpoint: under ZeRO-3 it runs directly at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (ort_zero's "
