@@ -39,7 +39,10 @@ CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "torch.linalg_solve_triangular_in_torch": solve,
     "torch.tensor_exponential_in_torch": gumbel_pick,
 }
-FUNCTIONS = {"torch.linalg_solve_triangular_in_torch": SolveTriangular, "torch.tensor_exponential_in_torch": Exponential}
+FUNCTIONS = {
+    "torch.linalg_solve_triangular_in_torch": SolveTriangular,
+    "torch.tensor_exponential_in_torch": Exponential,
+}
 
 
 class Op(torch.nn.Module):
@@ -68,10 +71,8 @@ def test_solve_triangular_gives_torch_values_and_gradients(upper: bool, left: bo
     got = SolveTriangular.apply(a, b, upper, left, unitriangular)
     assert torch.equal(got, expected)
     grad = torch.randn_like(expected)
-    assert all(
-        torch.equal(g, e)
-        for g, e in zip(torch.autograd.grad(got, (a, b), grad), torch.autograd.grad(expected, (a, b), grad), strict=True)
-    )
+    got_grads, expected_grads = torch.autograd.grad(got, (a, b), grad), torch.autograd.grad(expected, (a, b), grad)
+    assert all(torch.equal(g, e) for g, e in zip(got_grads, expected_grads, strict=True))
 
 
 def test_exponential_draws_what_torch_draws_and_the_trace_draws_nothing() -> None:
