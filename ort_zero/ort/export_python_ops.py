@@ -29,11 +29,8 @@ class PythonOpExport:
     attribute: str
     needed_by: tuple[str, ...]  # transformers model types whose export or gradient fails without it
     reason: str
-    replacement: Callable[..., Any]  # what the model calls instead while it is exported
-
-    def replacing(self, replaced: Any) -> Callable[..., Any]:
-        """The patch's factory: the replacement calls torch's op itself (through torch.ops), not `replaced`."""
-        return self.replacement
+    # the patch's factory: torch's function -> what the model calls instead while it is exported
+    replacing: Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _forward_keeping_graph(ctx: Any, op: Callable[..., torch.Tensor], tensors: tuple[torch.Tensor, ...]) -> Any:
@@ -93,32 +90,31 @@ class SolveTriangular(torch.autograd.Function):
         return [_broadcast(list(a[:-2]), list(b[:-2])) + list(b[-2:])], [dtypes[1]]
 
 
-def solve_triangular(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    *,
-    upper: bool,
-    left: bool = True,
-    unitriangular: bool = False,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """`torch.linalg.solve_triangular` while a ZeRO-3 model is exported: a PythonOp."""
-    if out is not None:
-        raise NotImplementedError("ort_zero: torch.linalg.solve_triangular(out=...) in an exported model")
-    return SolveTriangular.apply(a, b, upper, left, unitriangular)
+def _solve_triangular(replaced: Callable[..., Any]) -> Callable[..., Any]:
+    def solve_triangular(a: torch.Tensor, b: torch.Tensor, *, upper: bool, left: bool = True, **rest: Any) -> Any:
+        unitriangular = rest.pop("unitriangular", False)
+        if rest:  # out=
+            return replaced(a, b, upper=upper, left=left, unitriangular=unitriangular, **rest)
+        return SolveTriangular.apply(a, b, upper, left, unitriangular)
+
+    return solve_triangular
+
+
+def _draw(sample: Callable[[], torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """`sample()` from torch's default generator; while the model is traced, from a copy of its state (the trace's
+    values are not kept), so that an ORT run draws the same numbers as PyTorch at the same point of each step."""
+    if not is_exporting():
+        return sample()
+    with torch.random.fork_rng(devices=[like.device] if like.device.type == "cuda" else []):
+        return sample()
 
 
 class Exponential(torch.autograd.Function):
-    """Samples of the exponential distribution shaped like `x`, from torch's default generator: an ORT run draws
-    the same numbers as PyTorch at the same point of the forward. The trace itself draws none: the sample it
-    computes (its values are not kept) comes from a copy of the generator's state."""
+    """Samples of the exponential distribution shaped like `x`, drawn by torch (`_draw`)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, lambd: float) -> torch.Tensor:
-        if is_exporting():
-            with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-                return torch.ops.aten.exponential(x, lambd)
-        return torch.ops.aten.exponential(x, lambd)
+        return _draw(lambda: torch.ops.aten.exponential(x, lambd), x)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None]:
@@ -129,12 +125,52 @@ class Exponential(torch.autograd.Function):
         return shapes, dtypes
 
 
-def exponential_(self: torch.Tensor, lambd: float = 1.0, *, generator: torch.Generator | None = None) -> Any:
-    """`Tensor.exponential_` while a ZeRO-3 model is exported: a PythonOp whose result the model must use (PhiMoE's
-    `empty_like(...).exponential_().log()` does), since an ONNX graph has no in-place write to a value."""
-    if generator is not None:
-        raise NotImplementedError("ort_zero: Tensor.exponential_(generator=...) in an exported model")
-    return Exponential.apply(self, float(lambd))
+class Uniform(torch.autograd.Function):
+    """Samples of the uniform distribution on [low, high) shaped like `x`, drawn by torch (`_draw`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        return _draw(lambda: torch.ops.aten.uniform(x, low, high), x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None]:
+        return None, None, None
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        return shapes, dtypes
+
+
+# The stand-ins use what the op returns: an ONNX graph has no in-place write to a value, so the sampling ops' in-place
+# forms return new tensors (PhiMoE's `empty_like(...).exponential_().log()` uses the result). Calls with arguments
+# the stand-ins do not take go to torch's own function.
+
+
+def _exponential_(replaced: Callable[..., Any]) -> Callable[..., Any]:
+    def exponential_(self: torch.Tensor, lambd: float = 1.0, *, generator: torch.Generator | None = None) -> Any:
+        if generator is not None:
+            return replaced(self, lambd, generator=generator)
+        return Exponential.apply(self, float(lambd))
+
+    return exponential_
+
+
+def _uniform_(replaced: Callable[..., Any]) -> Callable[..., Any]:
+    def uniform_(self: torch.Tensor, from_: float = 0.0, to: float = 1.0, *, generator: Any = None) -> Any:
+        if generator is not None:
+            return replaced(self, from_, to, generator=generator)
+        return Uniform.apply(self, float(from_), float(to))
+
+    return uniform_
+
+
+def _rand_like(replaced: Callable[..., Any]) -> Callable[..., Any]:
+    def rand_like(input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not input.is_floating_point():
+            return replaced(input, *args, **kwargs)
+        return Uniform.apply(input, 0.0, 1.0)  # torch's rand_like is empty_like(input).uniform_(0, 1)
+
+    return rand_like
 
 
 _NO_EXPORT = "torch's exporter has no symbolic for it at any opset"
@@ -146,7 +182,7 @@ PYTHON_OPS: tuple[PythonOpExport, ...] = (
         ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text"),
         f"the gated delta rule of Qwen3.5/Qwen3-Next's linear attention solves a triangular system; {_NO_EXPORT} "
         "and ORT has no such kernel: solved by torch in a PythonOp, its gradient by torch's autograd",
-        solve_triangular,
+        _solve_triangular,
     ),
     PythonOpExport(
         "torch.tensor_exponential_in_torch",
@@ -155,6 +191,23 @@ PYTHON_OPS: tuple[PythonOpExport, ...] = (
         ("phimoe",),
         f"PhiMoE's router samples experts in training (Gumbel noise, Tensor.exponential_); {_NO_EXPORT}, and "
         "ORT's random ops draw other numbers than torch's generator: drawn by torch in a PythonOp",
-        exponential_,
+        _exponential_,
+    ),
+    PythonOpExport(
+        "torch.tensor_uniform_in_torch",
+        "torch:Tensor",
+        "uniform_",
+        ("phimoe",),
+        f"PhiMoE's router draws with Tensor.uniform_ in training; {_NO_EXPORT}: drawn by torch in a PythonOp",
+        _uniform_,
+    ),
+    PythonOpExport(
+        "torch.rand_like_in_torch",
+        "torch",
+        "rand_like",
+        ("phimoe",),
+        "PhiMoE's router draws with torch.rand_like in training, which torch exports as RandomUniformLike: ORT would "
+        "draw other numbers than torch's generator, and native's losses could not be matched: drawn by torch",
+        _rand_like,
     ),
 )

@@ -14,7 +14,7 @@ import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on 
 from ort_zero import patches
 from ort_zero.hooks.export_mode import exporting
 from ort_zero.ort import export_python_ops
-from ort_zero.ort.export_python_ops import Exponential, SolveTriangular
+from ort_zero.ort.export_python_ops import Exponential, SolveTriangular, Uniform
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.python_op import function_name
 
@@ -35,13 +35,27 @@ def gumbel_pick(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x.softmax(-1).gather(-1, picked) * y
 
 
+def jittered(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """PhiMoE's router: a mask drawn with torch.rand_like."""
+    return torch.where(torch.rand_like(x) > 0.75, x, y)
+
+
+def shaken(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """PhiMoE's input jitter: x scaled by empty_like(x).uniform_(1 - eps, 1 + eps)."""
+    return x * torch.empty_like(x).uniform_(0.9, 1.1) + y
+
+
 CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "torch.linalg_solve_triangular_in_torch": solve,
     "torch.tensor_exponential_in_torch": gumbel_pick,
+    "torch.tensor_uniform_in_torch": shaken,
+    "torch.rand_like_in_torch": jittered,
 }
 FUNCTIONS = {
     "torch.linalg_solve_triangular_in_torch": SolveTriangular,
     "torch.tensor_exponential_in_torch": Exponential,
+    "torch.tensor_uniform_in_torch": Uniform,
+    "torch.rand_like_in_torch": Uniform,
 }
 
 
@@ -121,5 +135,10 @@ def test_the_op_trains_in_ort_as_in_pytorch(name: str, monkeypatch: pytest.Monke
 def test_without_the_python_op_ort_cannot_train_it(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
     model = ortmodule.ORTModule(Op(CASES[name]))
-    with pytest.raises(Exception, match="solve_triangular|exponential"):  # noqa: PT011 - ORT wraps torch's error
+    if name == "torch.rand_like_in_torch":  # torch exports it (RandomUniformLike): ORT draws other numbers
+        reference = Op(CASES[name])
+        reference.load_state_dict(model._torch_module._flattened_module._original_module.state_dict())
+        assert not torch.equal(train(model, torch.randn(2, 6, 8))[0], train(reference, torch.randn(2, 6, 8))[0])
+        return
+    with pytest.raises(Exception, match="solve_triangular|exponential|uniform"):  # noqa: PT011 - ORT wraps it
         train(model, torch.randn(2, 6, 8), steps=1)
