@@ -58,6 +58,13 @@ def onnx_constant_ints(value: Any, name: str) -> list[int]:
     return symbolic_helper._get_const(value, "is", name)
 
 
+def onnx_constant_int(value: Any, name: str) -> int:
+    """In a TorchScript ONNX symbolic: a constant int input's value (e.g. diff's dim)."""
+    from torch.onnx import symbolic_helper
+
+    return symbolic_helper._get_const(value, "i", name)
+
+
 def onnx_dtype(value: Any) -> torch.dtype:
     """In a TorchScript ONNX symbolic: the dtype of a value the exporter knows (float32 where it does not)."""
     from torch.onnx import _type_utils

@@ -100,6 +100,42 @@ def _bool_cumsum(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
     return cumsum
 
 
+def _diff(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def diff(g: Any, input: Any, n: Any, dim: Any, prepend: Any, append: Any) -> Any:
+        # out[i] = x[i + 1] - x[i] along dim, n times, on prepend ++ x ++ append (booleans: x[i + 1] xor x[i])
+        axis = torch_internals.onnx_constant_int(dim, "dim")
+        parts = [part for part in (prepend, input, append) if not torch_internals.onnx_is_none(part)]
+        values = g.op("Concat", *parts, axis_i=axis) if len(parts) > 1 else input
+        step = "Xor" if torch_internals.onnx_dtype(input) == torch.bool else "Sub"
+
+        def ints(*values: int) -> Any:
+            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+        for _ in range(torch_internals.onnx_constant_int(n, "n")):
+            later = g.op("Slice", values, ints(1), ints(torch.iinfo(torch.int64).max), ints(axis))
+            earlier = g.op("Slice", values, ints(0), ints(-1), ints(axis))
+            values = g.op(step, later, earlier)
+        return values
+
+    return diff
+
+
+def _l1_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def linalg_vector_norm(g: Any, input: Any, ord: Any, dim: Any, keepdim: Any, dtype: Any) -> Any:
+        from torch.onnx.symbolic_opset11 import linalg_vector_norm as torch_norm
+
+        if torch_internals.onnx_constant_float(ord, "ord") != 1.0 or not torch_internals.onnx_is_none(dtype):
+            return torch_norm(g, input, ord, dim, keepdim, dtype)
+        magnitudes = g.op("Abs", input)
+        keep = int(torch_internals.onnx_constant_int(keepdim, "keepdim"))
+        if torch_internals.onnx_is_none(dim):  # torch sums every element (keepdim applies to no dimension)
+            return g.op("ReduceSum", magnitudes, keepdims_i=0)
+        axes = torch.tensor(torch_internals.onnx_constant_ints(dim, "dim"), dtype=torch.int64)
+        return g.op("ReduceSum", magnitudes, g.op("Constant", value_t=axes), keepdims_i=keep)
+
+    return linalg_vector_norm
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -135,6 +171,20 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "torch's exporter writes the cumulative sum of a boolean tensor as CumSum on bool, which ONNX does not define "
         "(ORT: INVALID_GRAPH): the booleans are cast to int64 first, as torch sums them",
         _bool_cumsum,
+    ),
+    ExportOverride(
+        "aten::diff",
+        ("blt",),
+        "torch's exporter has no symbolic for diff (transformers' packed-sequence check calls torch.diff on the "
+        "position ids when a batch has no attention mask, as BLT's patcher's does): exported as Slice and Sub",
+        _diff,
+    ),
+    ExportOverride(
+        "aten::linalg_vector_norm",
+        ("dbrx",),
+        "torch exports the L1 norm as ReduceL1, which ORT 1.19.2 has no gradient for (DBRX's router normalizes its "
+        "top expert weights by it): exported as ReduceSum(Abs(x)); other norms keep torch's export",
+        _l1_norm,
     ),
 )
 

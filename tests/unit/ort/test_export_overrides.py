@@ -36,6 +36,8 @@ CASES = {
     "aten::softplus": lambda x: F.softplus(3.0 * x, beta=2.0),
     "aten::rms_norm": lambda x: F.rms_norm(x, (8,)),
     "aten::cumsum": lambda x: x * (x > 0).cumsum(-1),  # Llama 4's attention mask counts booleans
+    "aten::diff": lambda x: torch.diff(x, n=2, dim=-1, prepend=x[:, :1], append=x[:, -1:]),
+    "aten::linalg_vector_norm": lambda x: x / torch.norm(x, p=1, dim=-1, keepdim=True),  # DBRX's router
 }
 
 
