@@ -10,7 +10,10 @@ from __future__ import annotations
 
 _SHAPES = "ORT's symbolic shape inference fails on the exported graph and ORT's Reshape then fails at run time"
 _ALIAS = "torch's TorchScript exporter fails an internal assert on the attention's in-place scatter with a reduction"
-_SOLVE = "its linear attention solves a triangular system (linalg_solve_triangular), which has no ONNX export"
+_SOLVE = (
+    "ORT's graph build fails on its exported graph (Graph::RemoveEdge in ORT's cast propagation; its linear "
+    "attention's triangular solve runs in PyTorch), and with that pass off ORT has no gradient for its CumSum"
+)
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
 _REMOVE_EDGE = "ORT's graph build fails on its exported graph (Graph::RemoveEdge: argument mismatch)"
 _MAMBA2 = "ORT's symbolic shape inference fails on its Mamba-2 mixer (int(inf): the time-step clamp's upper limit)"
@@ -24,18 +27,22 @@ UNSUPPORTED: dict[str, str] = {
     **dict.fromkeys(("bamba", "granitemoehybrid", "mamba2", "zamba2"), _MAMBA2),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next"), _SOLVE),
-    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _SOLVE),
+    **dict.fromkeys(
+        ("qwen4_exp", "qwen4_exp_text"), "ORT's symbolic shape inference asserts on a Reshape in its exported graph"
+    ),
     **dict.fromkeys(("glm", "glm4"), "torch's exporter stops on tensors of different rank in one concatenation"),
     **dict.fromkeys(("granite_swa", "granitemoe_swa"), "ORT builds an invalid gradient for its ReduceLogSumExp"),
     "deepseek_v2": "its rotary embedding computes with complex numbers (torch.polar), which ONNX has no type for",
-    "phimoe": "its router samples with Tensor.exponential_ in training, which has no ONNX export",
+    "phimoe": "ORT's symbolic shape inference fails on its exported graph (int(inf) in a Cast); its router's sampling "
+    "runs in PyTorch",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
     **dict.fromkeys(("bailing_hybrid", "kimi_linear", "inkling2_text"), _REMOVE_EDGE),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
     "prophetnet": "its n-gram attention calls a Linear twice per forward; ORT's backward finds its weight not gathered",
-    "blt": "its entropy patcher uses torch.diff, which has no ONNX export (aten::diff)",
-    "dbrx": "ORT has no gradient for ReduceL1 (its router normalizes the top expert weights by their L1 norm)",
+    "blt": "torch's exporter cannot write its scatter_reduce with include_self=False (the patch embeddings)",
+    "dbrx": "its experts loop in Python over the experts the batch routes to, which the export fixes to the traced "
+    "batch's routing (ORT's Split fails once it changes)",
     "xlnet": "ORT has no gradient for Einsum (its relative attention)",
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
     "falcon_mamba": _LOSSES.format("2.1e-3"),
