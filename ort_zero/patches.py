@@ -295,6 +295,21 @@ _ort(
     _deferred(lambda: _export_overrides().registering_overrides),
 )  # fmt: skip
 
+
+def _gradients() -> Any:
+    from .ort import gradients
+
+    return gradients
+
+
+_ort(
+    "ort", "ort.custom_gradients", f"{_ORTM}._custom_gradient_registry:CustomGradientRegistry", "register_all",
+    "ORT 1.19.2 has no gradient builder for some ops torch's exporter writes (CumSum): each ORTModule registers ORT's "
+    "custom gradients, then ort_zero's (ort_zero/ort/gradients.py: each gradient, its math, and the model types that "
+    "need it). ORT's C++ registry has no way to remove a definition: they stay registered after a revert.",
+    _deferred(lambda: _gradients().registering_gradients),
+)  # fmt: skip
+
 # What ORTModule prints (why each line goes: ort_zero/ort/console.py).
 _ort(
     "ort", "ort.quiet_logger", f"{_ORTM}.ortmodule", "configure_ortmodule_logger",
