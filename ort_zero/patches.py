@@ -253,6 +253,12 @@ _transformers(
     _LLAMA4.reason, lambda replaced: export_rewrites.llama4_rotate_pairs,
 )  # fmt: skip
 
+for _rewrite in export_rewrites.CAUSAL_CONVS:
+    _transformers(
+        _rewrite.group, f"transformers.{_rewrite.model_types[0]}_causal_conv_in_export", _rewrite.modeling_module,
+        "causal_conv1d_fn", _rewrite.reason, lambda replaced: export_rewrites.causal_conv_padded_left,
+    )  # fmt: skip
+
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
 _PYTHON_OPS = "export_python_ops"

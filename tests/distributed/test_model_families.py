@@ -10,7 +10,10 @@ whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3
 ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba
 and Zamba for the parameters their Mamba layers read without calling the module that owns them (`conv1d.weight`:
 registered as external parameters before the export, ort_zero/zero3/external_params.py); Llama 4 needs the rewrite
-of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override.
+of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override. Qwen3.5's linear
+attention (gated delta rule) needs the most: its triangular solve runs in PyTorch (export_python_ops), its identity
+Casts before `x * x` go (passes/same_type_casts), ORT gets a CumSum gradient (ort/gradients.py) and its causal
+convolution is exported left-padded (export_rewrites).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "scripts" / "train_families.py"
 FAMILIES = [
     "qwen3", "gemma3_text", "smollm3", "olmo2", "phi3", "gpt_oss", "deepseek_v3", "qwen3_moe", "llama4_text",
-    "mixtral", "olmo", "jamba", "zamba",
+    "mixtral", "olmo", "jamba", "zamba", "qwen3_5_text",
 ]  # fmt: skip
 # What from_pretrained gives where it is not sdpa: GPT-OSS's attention sinks have only an eager path in transformers.
 DEFAULT_ATTENTION = {"gpt_oss": "eager"}
