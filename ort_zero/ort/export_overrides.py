@@ -136,6 +136,36 @@ def _l1_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
     return linalg_vector_norm
 
 
+def _unflatten(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def unflatten(g: Any, input: Any, dim: Any, unflattened_size: Any) -> Any:
+        from torch.onnx.symbolic_opset13 import unflatten as torch_unflatten
+
+        rank = torch_internals.onnx_rank(input)
+        try:
+            axis, sizes = (
+                torch_internals.onnx_constant_int(dim, "dim"),
+                torch_internals.onnx_constant_ints(unflattened_size, "unflattened_size"),
+            )
+        except RuntimeError:  # sizes computed in the graph: torch's export
+            return torch_unflatten(g, input, dim, unflattened_size)
+        if rank is None:
+            return torch_unflatten(g, input, dim, unflattened_size)
+        axis %= rank
+
+        def ints(*values: int) -> Any:
+            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+        # the new shape: the dimensions before `axis`, the sizes, those after, each slice of Shape at literal bounds
+        shape = g.op("Shape", input)
+        parts = [g.op("Slice", shape, ints(0), ints(axis))] if axis else []
+        parts.append(ints(*sizes))
+        if axis < rank - 1:
+            parts.append(g.op("Slice", shape, ints(axis + 1), ints(rank)))
+        return g.op("Reshape", input, g.op("Concat", *parts, axis_i=0) if len(parts) > 1 else parts[0])
+
+    return unflatten
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -185,6 +215,15 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "torch exports the L1 norm as ReduceL1, which ORT 1.19.2 has no gradient for (DBRX's router normalizes its "
         "top expert weights by it): exported as ReduceSum(Abs(x)); other norms keep torch's export",
         _l1_norm,
+    ),
+    ExportOverride(
+        "aten::unflatten",
+        ("qwen4_exp", "qwen4_exp_text"),
+        "torch computes the split dimension in the graph (Add, Mod, Reshape) and slices the input's shape up to it: "
+        "ORT's symbolic shape inference cannot tell the new shape's length and asserts on the Reshape "
+        "(is_literal(shape_rank), Qwen4-Exp's gated residual): the dimension is resolved at export and the shape "
+        "sliced at constant bounds",
+        _unflatten,
     ),
 )
 

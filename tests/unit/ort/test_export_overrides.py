@@ -38,6 +38,7 @@ CASES = {
     "aten::cumsum": lambda x: x * (x > 0).cumsum(-1),  # Llama 4's attention mask counts booleans
     "aten::diff": lambda x: torch.diff(x, n=2, dim=-1, prepend=x[:, :1], append=x[:, -1:]),
     "aten::linalg_vector_norm": lambda x: x / torch.norm(x, p=1, dim=-1, keepdim=True),  # DBRX's router
+    "aten::unflatten": lambda x: (x.unflatten(-1, (2, 4)) * x[:, :2].unsqueeze(-1)).flatten(1),  # Qwen4-Exp
 }
 
 
