@@ -10,12 +10,11 @@ from __future__ import annotations
 
 _SHAPES = "ORT's symbolic shape inference fails on the exported graph and ORT's Reshape then fails at run time"
 _ALIAS = "torch's TorchScript exporter fails an internal assert on the attention's in-place scatter with a reduction"
-_SOLVE = (
-    "ORT's graph build fails on its exported graph (Graph::RemoveEdge in ORT's cast propagation; its linear "
-    "attention's triangular solve runs in PyTorch), and with that pass off ORT has no gradient for its CumSum"
+_QWEN4 = (
+    "ORT crashes in the backward (a segmentation fault, no message; past ORT's symbolic shape inference since "
+    "ort_zero exports unflatten its own way); one run without the native run first trained with native's losses"
 )
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
-_REMOVE_EDGE = "ORT's graph build fails on its exported graph (Graph::RemoveEdge: argument mismatch)"
 _MAMBA2 = "ORT's symbolic shape inference fails on its Mamba-2 mixer (int(inf): the time-step clamp's upper limit)"
 _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
@@ -26,9 +25,11 @@ UNSUPPORTED: dict[str, str] = {
     **dict.fromkeys(("dots3_note", "dots3_note_text"), _ALIAS),
     **dict.fromkeys(("bamba", "granitemoehybrid", "mamba2", "zamba2"), _MAMBA2),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
-    **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next"), _SOLVE),
+    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
     **dict.fromkeys(
-        ("qwen4_exp", "qwen4_exp_text"), "ORT's symbolic shape inference asserts on a Reshape in its exported graph"
+        ("qwen3_5_moe", "qwen3_5_moe_text"),
+        "ORT crashes in the backward in some processes (a segmentation fault; it depends on PYTHONHASHSEED) and "
+        "trains with losses from native's to 1.4e-5 off them in others",
     ),
     **dict.fromkeys(("glm", "glm4"), "torch's exporter stops on tensors of different rank in one concatenation"),
     **dict.fromkeys(("granite_swa", "granitemoe_swa"), "ORT builds an invalid gradient for its ReduceLogSumExp"),
@@ -36,7 +37,6 @@ UNSUPPORTED: dict[str, str] = {
     "phimoe": "ORT's symbolic shape inference fails on its exported graph (int(inf) in a Cast); its router's sampling "
     "runs in PyTorch",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
-    **dict.fromkeys(("bailing_hybrid", "kimi_linear", "inkling2_text"), _REMOVE_EDGE),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
     "prophetnet": "its n-gram attention calls a Linear twice per forward; ORT's backward finds its weight not gathered",
@@ -45,6 +45,8 @@ UNSUPPORTED: dict[str, str] = {
     "batch's routing (ORT's Split fails once it changes)",
     "xlnet": "ORT has no gradient for Einsum (its relative attention)",
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
+    "bailing_hybrid": _LOSSES.format("8e-5"),
+    "kimi_linear": _LOSSES.format("1.3e-4"),
     "falcon_mamba": _LOSSES.format("2.1e-3"),
     "hrm_text": _LOSSES.format("7e-5"),
     "inkling_text": _LOSSES.format("6.2e-5"),
