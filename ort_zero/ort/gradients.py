@@ -33,7 +33,7 @@ GRADIENTS: tuple[CustomGradient, ...] = (
     CustomGradient(
         "",
         "CumSum",
-        (*_QWEN3_5, "bailing_hybrid", "kimi_linear"),
+        (*_QWEN3_5, "bailing_hybrid", "inkling2_text", "kimi_linear"),
         "ORT 1.19.2 has no gradient for CumSum (the decay's cumulative sum in the gated delta rule of Qwen3.5/"
         "Qwen3-Next's linear attention). y[j] = sum of x[i] for i <= j along the axis, so dx[i] = sum of dy[j] for "
         "j >= i: the cumulative sum of dy in reverse. torch's exporter writes CumSum without exclusive or reverse "

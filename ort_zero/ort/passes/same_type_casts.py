@@ -2,10 +2,11 @@
 
 ORT 1.19.2's cast propagation (on in ORTModule by default) first removes every Cast to its input's own type
 (`RemoveUnnecessaryCasts`). When one consumer reads such a Cast's output at two inputs (`x * x`, as the L2 norm in
-the linear attention of Qwen3.5/Qwen3-Next, Kimi Linear and Bailing's hybrid attention computes), it rewires the first
-input and then fails on the second edge: `Graph::RemoveEdge: Argument mismatch when removing edge`, and ORT builds no
-graph. Such a Cast is the identity, so this pass removes it before ORT sees the graph and its consumers read its input
-instead. Every other same-type Cast is left to ORT's own pass.
+the linear attention of Qwen3.5/Qwen3-Next, Kimi Linear, Inkling 2 and Bailing's hybrid attention computes), the
+removal fails on the consumer's second edge (`Graph::RemoveEdge: Argument mismatch when removing edge`; the pattern
+alone reproduces it, tests/unit/ort/passes/test_same_type_casts.py) and ORT builds no graph. Such a Cast is the
+identity, so this pass removes it before ORT sees the graph and its consumers read its input instead. Every other
+same-type Cast is left to ORT's own pass.
 """
 
 from __future__ import annotations
