@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
-from .ort import console, export_context, export_rewrites, shape_inference, torch_compat
+from .ort import console, export_context, export_python_ops, export_rewrites, shape_inference, torch_compat
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
     UnsupportedVersionError,
@@ -138,10 +138,12 @@ _deepspeed(
 
 @contextlib.contextmanager
 def _during_export(module: Any) -> Iterator[None]:
-    """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, and the rewrites of the
-    model code `module` runs (export_rewrites), applied while it lasts."""
+    """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, the torch ops that run
+    in PyTorch from the ORT graph (export_python_ops) and the rewrites of the model code `module` runs
+    (export_rewrites), applied while it lasts."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(applied("ort_export"))
+        stack.enter_context(applied(_PYTHON_OPS))
         for group in export_rewrites.groups_for(module):
             stack.enter_context(applied(group))
         yield
@@ -270,6 +272,18 @@ _transformers(
     "apply_rotary_emb", _DEEPSEEK_V2.reason, lambda replaced: export_rewrites.deepseek_v2_rotate_pairs,
 )  # fmt: skip
 
+for _rewrite in export_rewrites.CAUSAL_CONVS:
+    _transformers(
+        _rewrite.group, f"transformers.{_rewrite.model_types[0]}_causal_conv_in_export", _rewrite.modeling_module,
+        "causal_conv1d_fn", _rewrite.reason, lambda replaced: export_rewrites.causal_conv_padded_left,
+    )  # fmt: skip
+
+# Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
+# (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
+_PYTHON_OPS = "export_python_ops"
+for _op in export_python_ops.PYTHON_OPS:
+    _torch(_PYTHON_OPS, _op.name, _op.owner, _op.attribute, _op.reason, _op.replacing)
+
 # Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
 _POLICY = "ORT cannot run a checkpoint: under ZeRO-3 it runs directly at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (ort_zero's "
 _POLICY += "layer-wise recompute does its job), and stops the run with one line at 0. "
@@ -319,6 +333,21 @@ _ort(
     "ORT's symbolic shape inference recursed beyond Python's default limit on the Mamba-2 mixers' scan: the limit "
     "is raised while it runs",
     shape_inference.with_deeper_recursion,
+)  # fmt: skip
+
+
+def _gradients() -> Any:
+    from .ort import gradients
+
+    return gradients
+
+
+_ort(
+    "ort", "ort.custom_gradients", f"{_ORTM}._custom_gradient_registry:CustomGradientRegistry", "register_all",
+    "ORT 1.19.2 has no gradient builder for some ops torch's exporter writes (CumSum): each ORTModule registers ORT's "
+    "custom gradients, then ort_zero's (ort_zero/ort/gradients.py: each gradient, its math, and the model types that "
+    "need it). ORT's C++ registry has no way to remove a definition: they stay registered after a revert.",
+    _deferred(lambda: _gradients().registering_gradients),
 )  # fmt: skip
 
 # What ORTModule prints (why each line goes: ort_zero/ort/console.py).

@@ -150,6 +150,13 @@ def _own_sizes(config: Any, args: argparse.Namespace) -> None:
         config.head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
         for parameters in config.rope_parameters.values():
             parameters["partial_rotary_factor"] = config.qk_rope_head_dim / config.head_dim
+    elif model_type in ("qwen3_5_text", "qwen3_5_moe_text", "qwen4_exp_text"):
+        # the rotary part of a head holds the three interleaved mrope sections, as in real configs (the default
+        # (11, 11, 10) fits a 256-wide head, a quarter of it rotary). At head_dim 8 the H and W sections are empty:
+        # torch writes nothing for them, and ORT's optimizer drops the Add that broadcasts the rotary table to the
+        # empty index (its Reshape then fails at run time)
+        config.head_dim = round(8 / config.rope_parameters.get("partial_rotary_factor", 1.0))  # 4 frequencies
+        config.rope_parameters["mrope_section"] = [2, 1, 1]
     elif model_type in ("gemma3n_text", "gemma4_text", "gemma4_unified_text"):
         config.num_kv_shared_layers = 0  # the last 15 layers reuse earlier layers' keys and values otherwise
         config.vocab_size_per_layer_input, config.hidden_size_per_layer_input = VOCAB, head_dim  # 262144 x 256

@@ -4,11 +4,11 @@ Read: an ORTModule's `_torch_module._execution_manager(is_training)`; a manager'
 `_graph_transition_manager` (its `_exported_model_info`, `_post_export_processed_model_info`), `_runtime_options`,
 `_device`, `_flattened_module`, `_logger`, `time_tracker`; an agent's `_inference_session`; the fallback manager's
 `_exception`; ORTModule's symbolics (`CustomOpSymbolicRegistry._SYMBOLICS`); the private modules
-`capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_autograd_function_exporter` and
-`ortmodule._logger`.
+`capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_gradient_registry`,
+`ortmodule._custom_autograd_function_exporter` and `ortmodule._logger`.
 Written: the memory optimizer's runtime options and its memory observer's switch, what a manager keeps once its
-session exists (`release_kept`), the input bookkeeping of a post-export model info (`add_graph_input`), and
-ort_zero's marks on ORT's objects.
+session exists (`release_kept`), the input bookkeeping of a post-export model info (`add_graph_input`), ORT's
+gradient registry (`register_gradient`), and ort_zero's marks on ORT's objects.
 """
 
 from __future__ import annotations
@@ -205,3 +205,12 @@ def _empty_registry_at_exit() -> None:
     from onnxruntime.capi._pybind_state import unregister_python_functions
 
     atexit.register(unregister_python_functions)
+
+
+def register_gradient(domain: str, op_type: str, nodes: list[tuple]) -> None:
+    """Registers `nodes` (ORTModule's custom-gradient notation: (op, inputs, outputs[, attributes]) with GO(i), I(i),
+    GI(i)) as ORT's gradient of every node `domain::op_type`, as ORTModule registers its own at construction."""
+    from onnxruntime.capi._pybind_state import register_gradient_definition
+    from onnxruntime.training.ortmodule._custom_gradient_registry import _to_gradient_definition
+
+    register_gradient_definition(f"{domain}::{op_type}", _to_gradient_definition(nodes))

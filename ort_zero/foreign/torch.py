@@ -65,6 +65,13 @@ def onnx_constant_int(value: Any, name: str) -> int:
     return symbolic_helper._get_const(value, "i", name)
 
 
+def onnx_rank(value: Any) -> int | None:
+    """In a TorchScript ONNX symbolic: how many dimensions a value has, where the exporter knows it."""
+    from torch.onnx import symbolic_helper
+
+    return symbolic_helper._get_tensor_rank(value)
+
+
 def onnx_dtype(value: Any) -> torch.dtype:
     """In a TorchScript ONNX symbolic: the dtype of a value the exporter knows (float32 where it does not)."""
     from torch.onnx import _type_utils

@@ -134,6 +134,72 @@ def _permute_nonnegative(ort_symbolic: Callable[..., Any] | None) -> Callable[..
     return permute
 
 
+def _diff(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def diff(g: Any, input: Any, n: Any, dim: Any, prepend: Any, append: Any) -> Any:
+        # out[i] = x[i + 1] - x[i] along dim, n times, on prepend ++ x ++ append (booleans: x[i + 1] xor x[i])
+        axis = torch_internals.onnx_constant_int(dim, "dim")
+        parts = [part for part in (prepend, input, append) if not torch_internals.onnx_is_none(part)]
+        values = g.op("Concat", *parts, axis_i=axis) if len(parts) > 1 else input
+        step = "Xor" if torch_internals.onnx_dtype(input) == torch.bool else "Sub"
+
+        def ints(*values: int) -> Any:
+            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+        for _ in range(torch_internals.onnx_constant_int(n, "n")):
+            later = g.op("Slice", values, ints(1), ints(torch.iinfo(torch.int64).max), ints(axis))
+            earlier = g.op("Slice", values, ints(0), ints(-1), ints(axis))
+            values = g.op(step, later, earlier)
+        return values
+
+    return diff
+
+
+def _l1_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def linalg_vector_norm(g: Any, input: Any, ord: Any, dim: Any, keepdim: Any, dtype: Any) -> Any:
+        from torch.onnx.symbolic_opset11 import linalg_vector_norm as torch_norm
+
+        if torch_internals.onnx_constant_float(ord, "ord") != 1.0 or not torch_internals.onnx_is_none(dtype):
+            return torch_norm(g, input, ord, dim, keepdim, dtype)
+        magnitudes = g.op("Abs", input)
+        keep = int(torch_internals.onnx_constant_int(keepdim, "keepdim"))
+        if torch_internals.onnx_is_none(dim):  # torch sums every element (keepdim applies to no dimension)
+            return g.op("ReduceSum", magnitudes, keepdims_i=0)
+        axes = torch.tensor(torch_internals.onnx_constant_ints(dim, "dim"), dtype=torch.int64)
+        return g.op("ReduceSum", magnitudes, g.op("Constant", value_t=axes), keepdims_i=keep)
+
+    return linalg_vector_norm
+
+
+def _unflatten(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def unflatten(g: Any, input: Any, dim: Any, unflattened_size: Any) -> Any:
+        from torch.onnx.symbolic_opset13 import unflatten as torch_unflatten
+
+        rank = torch_internals.onnx_rank(input)
+        try:
+            axis, sizes = (
+                torch_internals.onnx_constant_int(dim, "dim"),
+                torch_internals.onnx_constant_ints(unflattened_size, "unflattened_size"),
+            )
+        except RuntimeError:  # sizes computed in the graph: torch's export
+            return torch_unflatten(g, input, dim, unflattened_size)
+        if rank is None:
+            return torch_unflatten(g, input, dim, unflattened_size)
+        axis %= rank
+
+        def ints(*values: int) -> Any:
+            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+        # the new shape: the dimensions before `axis`, the sizes, those after, each slice of Shape at literal bounds
+        shape = g.op("Shape", input)
+        parts = [g.op("Slice", shape, ints(0), ints(axis))] if axis else []
+        parts.append(ints(*sizes))
+        if axis < rank - 1:
+            parts.append(g.op("Slice", shape, ints(axis + 1), ints(rank)))
+        return g.op("Reshape", input, g.op("Concat", *parts, axis_i=0) if len(parts) > 1 else parts[0])
+
+    return unflatten
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -192,6 +258,29 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "torch's symbolic writes permute's dims into Transpose's perm as given, negative ones too, which ONNX does not "
         "allow (ORT: Invalid attribute perm; the Mamba-2 mixers' permute(0, -2, -1, 1)): made nonnegative",
         _permute_nonnegative,
+    ),
+    ExportOverride(
+        "aten::diff",
+        ("blt",),
+        "torch's exporter has no symbolic for diff (transformers' packed-sequence check calls torch.diff on the "
+        "position ids when a batch has no attention mask, as BLT's patcher's does): exported as Slice and Sub",
+        _diff,
+    ),
+    ExportOverride(
+        "aten::linalg_vector_norm",
+        ("dbrx",),
+        "torch exports the L1 norm as ReduceL1, which ORT 1.19.2 has no gradient for (DBRX's router normalizes its "
+        "top expert weights by it): exported as ReduceSum(Abs(x)); other norms keep torch's export",
+        _l1_norm,
+    ),
+    ExportOverride(
+        "aten::unflatten",
+        ("qwen4_exp", "qwen4_exp_text"),
+        "torch computes the split dimension in the graph (Add, Mod, Reshape) and slices the input's shape up to it: "
+        "ORT's symbolic shape inference cannot tell the new shape's length and asserts on the Reshape "
+        "(is_literal(shape_rank), Qwen4-Exp's gated residual): the dimension is resolved at export and the shape "
+        "sliced at constant bounds",
+        _unflatten,
     ),
 )
 

@@ -41,7 +41,28 @@ DEEPSEEK_V2 = ModelRewrite(
     "DeepSeek-V2's rotary embedding multiplies complex numbers as Llama 4's does (heads before positions): the same "
     "rewrite in real arithmetic",
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2)
+_CAUSAL_CONV_REASON = (
+    "transformers' causal convolution (causal_conv1d_fn's PyTorch fallback in the linear attention: a depthwise "
+    "Conv1d padded by kernel - 1 on both sides, of which the first seq_len outputs are kept) exported as "
+    "Conv(pads) then Slice makes ORT 1.19.2's CPU backward corrupt its memory arena in these models' graphs "
+    "(BFCArena FreeAndMaybeCoalesce, or a PythonOp's context lost; not reproduced on a lone Conv and Slice): while "
+    "they are exported the input is padded on the left only and convolved without padding (the same values)"
+)
+CAUSAL_CONVS = tuple(
+    ModelRewrite(
+        f"export_{name}_causal_conv", f"transformers.models.{name}.modeling_{name}", types, _CAUSAL_CONV_REASON
+    )
+    for name, types in (
+        ("qwen3_5", ("qwen3_5", "qwen3_5_text")),
+        ("qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text")),
+        ("qwen3_next", ("qwen3_next",)),
+        ("qwen4_exp", ("qwen4_exp", "qwen4_exp_text")),
+        ("kimi_linear", ("kimi_linear",)),
+        ("bailing_hybrid", ("bailing_hybrid",)),
+        ("inkling2", ("inkling2_text",)),
+    )
+)
+REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -103,3 +124,23 @@ def scatter_bool_value_as_int(scatter: Callable[..., torch.Tensor]) -> Callable[
         return scatter(self, dim, index, *args, **kwargs)
 
     return scatter_with_int
+
+
+def causal_conv_padded_left(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """`causal_conv1d_fn` (transformers' PyTorch fallback) with the input padded on the left by kernel - 1 and a
+    Conv1d without padding: output t sees inputs t - kernel + 1 .. t, as the both-sides-padded conv's first seq_len
+    outputs do. Depthwise (one filter per channel, `weight` of shape (channels, kernel)), then the activation."""
+    from transformers.activations import ACT2FN
+
+    kernel = weight.shape[-1]
+    padded = torch.nn.functional.pad(hidden_states.to(weight.dtype), (kernel - 1, 0))
+    out = torch.nn.functional.conv1d(padded, weight.unsqueeze(1), bias, groups=hidden_states.shape[1])
+    if activation is not None:
+        out = ACT2FN[activation](out)
+    return out.to(hidden_states.dtype)

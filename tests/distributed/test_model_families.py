@@ -13,7 +13,10 @@ registered as external parameters before the export, ort_zero/zero3/external_par
 of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override; Cohere 2 the
 repeat_interleave override (its interleaved rotary embedding: without it every later dim=-1 of the model is wrong);
 DeepSeek-V3.2 hands a bool attention mask to its sparse-attention indexer, which the bridges carry around them
-(ORT returns a PythonOp's bool outputs as uint8), and scatters a bool into its mask (traced as an int).
+(ORT returns a PythonOp's bool outputs as uint8), and scatters a bool into its mask (traced as an int). Qwen3.5's
+linear attention (gated delta rule) needs the most: its triangular solve runs in PyTorch (export_python_ops), its
+identity Casts before `x * x` go (passes/same_type_casts), ORT gets a CumSum gradient (ort/gradients.py) and its
+causal convolution is exported left-padded (export_rewrites).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "scripts" / "train_families.py"
 FAMILIES = [
     "qwen3", "gemma3_text", "smollm3", "olmo2", "phi3", "gpt_oss", "deepseek_v3", "qwen3_moe", "llama4_text",
-    "mixtral", "olmo", "jamba", "zamba", "cohere2", "deepseek_v32",
+    "mixtral", "olmo", "jamba", "zamba", "cohere2", "deepseek_v32", "qwen3_5_text",
 ]  # fmt: skip
 # What from_pretrained gives where it is not sdpa: GPT-OSS's attention sinks have only an eager path in transformers.
 DEFAULT_ATTENTION = {"gpt_oss": "eager"}

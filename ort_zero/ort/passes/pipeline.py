@@ -1,6 +1,8 @@
 """The one ordered pipeline of ort_zero's graph passes: which run on the exported graph, which on the training graph.
 
 export (ORTModule's post-export processing, per export):
+    same_type_casts       identity Casts whose output one node reads twice go (ORT's cast propagation fails on them)
+    custom_gradients      no node sets an attribute the gradient ort_zero registered for its op does not handle
     zero3_params          ZeRO-3 parameters leave the graph inputs; pre-forward bridges provide them
     mem_efficient_grads   other trainable parameters get a PythonOp that hands their gradient to PyTorch
 training graph (ORT's graph-optimizer registry, before the session exists):
@@ -13,10 +15,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import backward_gather, mem_efficient_grads, passthrough_buffers, recompute, zero3_params
+from . import (
+    backward_gather,
+    custom_gradients,
+    mem_efficient_grads,
+    passthrough_buffers,
+    recompute,
+    same_type_casts,
+    zero3_params,
+)
 from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
 
-EXPORT_PASSES: tuple[GraphPass, ...] = (zero3_params.PASS, mem_efficient_grads.PASS)
+EXPORT_PASSES: tuple[GraphPass, ...] = (
+    same_type_casts.PASS,
+    custom_gradients.PASS,
+    zero3_params.PASS,
+    mem_efficient_grads.PASS,
+)
 TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (backward_gather.PASS, recompute.PASS, passthrough_buffers.PASS)
 
 

@@ -66,3 +66,15 @@ def test_sizes_behind_refusing_setters_and_derived_ones() -> None:
     assert (config.attention_hidden_size, config.mamba_headdim, config.hybrid_layer_ids) == (64, 8, [1, 3])
     for model_type in ("bamba", "zamba2", "mamba2", "xlnet", "dbrx", "reformer"):
         config_of(model_type).validate()
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_5_text", "qwen3_5", "qwen4_exp_text"])
+def test_the_mrope_sections_fit_the_rotary_frequencies(model_type: str) -> None:
+    """The rotary embedding interleaves its H and W sections at frequencies 1, 4, .. and 2, 5, .. below 3 x section:
+    each must hold at least one of the head's rotary frequencies (an empty one makes ORT drop an Add, see hf_models)."""
+    config = config_of(model_type)
+    config = getattr(config, "text_config", config)
+    rope = config.rope_parameters
+    frequencies = int(config.head_dim * rope.get("partial_rotary_factor", 1.0)) // 2
+    for offset, section in zip((1, 2), rope["mrope_section"][1:], strict=True):
+        assert range(offset, min(3 * section, frequencies), 3), (model_type, frequencies, rope["mrope_section"])

@@ -41,6 +41,9 @@ CASES = {
     # Granite SWA's attention sinks
     "aten::logsumexp": lambda x: x * torch.sigmoid(torch.logsumexp(x, dim=-1) - 1.0).unsqueeze(-1),
     "aten::permute": lambda x: x.view(4, 2, 4).permute(0, -1, 1).reshape(4, 8),  # the Mamba-2 mixers' negative dims
+    "aten::diff": lambda x: torch.diff(x, n=2, dim=-1, prepend=x[:, :1], append=x[:, -1:]),
+    "aten::linalg_vector_norm": lambda x: x / torch.norm(x, p=1, dim=-1, keepdim=True),  # DBRX's router
+    "aten::unflatten": lambda x: (x.unflatten(-1, (2, 4)) * x[:, :2].unsqueeze(-1)).flatten(1),  # Qwen4-Exp
 }
 
 

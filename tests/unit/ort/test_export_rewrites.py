@@ -1,6 +1,7 @@
-"""Llama 4's and DeepSeek-V2's rotary embeddings in real arithmetic (what ort_zero exports in place of transformers'
-complex numbers) give transformers' values, and each rewrite applies to the models built from its modeling file only;
-a scattered Python bool, traced as an int, gives the same mask and exports (torch's exporter asserts on the bool)."""
+"""Model code rewritten while ort_zero exports it gives transformers' values: Llama 4's and DeepSeek-V2's rotary
+embeddings in real arithmetic (in place of complex numbers), the left-padded causal convolution of the linear-attention
+models, a scattered Python bool traced as an int (torch's exporter asserts on the bool); each model rewrite applies to
+the models built from its modeling file only."""
 
 from __future__ import annotations
 
@@ -100,3 +101,34 @@ def test_a_scattered_bool_exports_only_as_an_int(monkeypatch: pytest.MonkeyPatch
     loss.backward()
     assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
     torch.testing.assert_close(loss, expected)
+
+
+qwen3_5 = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
+
+
+@pytest.mark.parametrize(("bias", "activation"), [(True, "silu"), (False, "silu"), (False, None)])
+def test_the_left_padded_causal_conv_gives_transformers_values_and_gradients(
+    bias: bool, activation: str | None
+) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 9, requires_grad=True)
+    weight = torch.randn(6, 4, requires_grad=True)
+    b = torch.randn(6, requires_grad=True) if bias else None
+    inputs = [t for t in (x, weight, b) if t is not None]
+    expected = qwen3_5.causal_conv1d_fn(x, weight, b, activation=activation)
+    expected_grads = torch.autograd.grad(expected.square().sum(), inputs)
+    got = export_rewrites.causal_conv_padded_left(x, weight, b, activation=activation)
+    grads = torch.autograd.grad(got.square().sum(), inputs)
+    torch.testing.assert_close(got, expected)
+    for grad, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, want)
+
+
+def test_the_causal_conv_rewrite_applies_to_its_modeling_files_only() -> None:
+    from transformers import Qwen3_5TextConfig
+
+    config = Qwen3_5TextConfig(hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=2)
+    layer = qwen3_5.Qwen3_5GatedDeltaNet(config, layer_idx=0)
+    qwen3_5_group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == qwen3_5.__name__)
+    assert export_rewrites.groups_for(torch.nn.Sequential(layer)) == [qwen3_5_group]
+    assert len({rewrite.group for rewrite in export_rewrites.CAUSAL_CONVS}) == len(export_rewrites.CAUSAL_CONVS)
