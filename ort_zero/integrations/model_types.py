@@ -29,11 +29,9 @@ UNSUPPORTED: dict[str, str] = {
     "phimoe": "ORT's symbolic shape inference fails on its exported graph (int(inf) in a Cast); its router's sampling "
     "runs in PyTorch",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
-    "zaya": "ORT's backward finds a parameter a Linear needs not gathered for it (as prophetnet's)",
     "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
-    "prophetnet": "its n-gram attention calls a Linear twice per forward; ORT's backward finds its weight not gathered",
     "blt": "torch's exporter cannot write its scatter_reduce with include_self=False (the patch embeddings)",
     "dbrx": "its experts loop in Python over the experts the batch routes to, which the export fixes to the traced "
     "batch's routing (ORT's Split fails once it changes)",

@@ -61,6 +61,15 @@ class BackwardParamsBridge(torch.autograd.Function):
             for ds_id, p in zip(ds_ids, params, strict=True)
             if p is None or p.ds_status != ZeroParamStatus.AVAILABLE
         ]
+        if missing and all(p is not None for p in params) and module_state.grads_remaining == 0:
+            # A module called twice in one forward: the backward of one call released its parameters (DeepSpeed
+            # counts a module's pending backwards afresh at each call) before ORT ran this one's; gather them again,
+            # and count this backward, so that its end releases them.
+            module_state.offload.pre_sub_module_backward_function(module_state.module)
+            module_state.grads_remaining += 1
+            missing = [
+                ds_id for ds_id, p in zip(ds_ids, params, strict=True) if p.ds_status != ZeroParamStatus.AVAILABLE
+            ]
         if missing:
             raise RuntimeError(
                 f"ort_zero: the backward of {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) "
