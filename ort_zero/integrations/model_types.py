@@ -17,7 +17,6 @@ _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
 UNSUPPORTED: dict[str, str] = {
     "falcon_h1": "ORT fails in a PythonOp's backward on its Mamba-2 mixer",
-    "nemotron_h": "its run in ORT grew beyond 8 GiB of memory at a tiny size (not investigated)",
     "mamba2": _LOSSES.format("2e-5"),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
