@@ -4,8 +4,7 @@ PyTorch; without the pass ORT's cast propagation fails to build the graph (Graph
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import onnx
 import pytest
@@ -13,11 +12,9 @@ import torch
 from onnx import helper
 
 import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importable on today's torch)
-from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.passes import pipeline, same_type_casts
 from ort_zero.ort.passes.base import ExportedGraph
 
-ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 
 
@@ -31,41 +28,17 @@ class SquaredAfterCast(torch.nn.Module):
         return self.outer((h * h).transpose(0, 1)).square().mean()
 
 
-@pytest.fixture
-def enabled(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
-    ort_zero.enable_zero3()
-    yield
-    ort_zero.disable_zero3()
+def test_trains_in_ort_as_pytorch(trains_as_pytorch: Callable[..., None]) -> None:
+    trains_as_pytorch(SquaredAfterCast)
 
 
-def _train_in_ort() -> tuple[torch.nn.Module, torch.Tensor, list[torch.Tensor], torch.Tensor, list[torch.Tensor]]:
-    torch.manual_seed(0)
-    reference, model = SquaredAfterCast(), SquaredAfterCast()
-    model.load_state_dict(reference.state_dict())
-    x = torch.randn(4, 8)
-    expected = reference(x)
-    expected.backward()
-    in_ort = ortmodule.ORTModule(model)
-    loss = in_ort(x)
-    loss.backward()
-    grads = [p.grad for p in model.parameters()]
-    return in_ort, loss.detach(), grads, expected.detach(), [p.grad for p in reference.parameters()]
-
-
-def test_trains_in_ort_as_pytorch(enabled: None) -> None:
-    in_ort, loss, grads, expected_loss, expected_grads = _train_in_ort()
-    assert ort_run_record(in_ort)["training"]["session"], "no ORT session: the model did not run in ORT"
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
-    for grad, expected in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-6)
-
-
-def test_without_the_pass_ort_cannot_build_the_graph(enabled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_pass_ort_cannot_build_the_graph(
+    trains_as_pytorch: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
     others = tuple(p for p in pipeline.EXPORT_PASSES if p is not same_type_casts.PASS)
     monkeypatch.setattr(pipeline, "EXPORT_PASSES", others)
     with pytest.raises(Exception, match="RemoveEdge"):
-        _train_in_ort()
+        trains_as_pytorch(SquaredAfterCast)
 
 
 def _graph(cast_to: int, second_input: str, typed: bool = True) -> onnx.ModelProto:
