@@ -43,7 +43,6 @@ UNSUPPORTED: dict[str, str] = {
     "inkling_text": _LOSSES.format("6.2e-5"),
     "lfm3": _LOSSES.format("4.4e-4; a plain ORTModule without ZeRO also gives other gradients"),
     "mamba": _LOSSES.format("6.2e-5"),
-    "openai-gpt": "its losses are NaN at a tiny size, natively too (not investigated)",
     "recurrent_gemma": _LOSSES.format("6e-3"),
     **dict.fromkeys(("deepseek_v4", "olmo_hybrid", "reformer"), _TUPLES),
 }
