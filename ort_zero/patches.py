@@ -278,6 +278,23 @@ for _rewrite in export_rewrites.CAUSAL_CONVS:
         "causal_conv1d_fn", _rewrite.reason, lambda replaced: export_rewrites.causal_conv_padded_left,
     )  # fmt: skip
 
+_ER = export_rewrites
+for _name, _rewrite, _class, _replacement in [
+    ("dbrx_experts", _ER.DBRX, "DbrxExperts", _ER.dbrx_experts_batched),
+    ("jetmoe_gating", _ER.JETMOE, "JetMoeTopKGating", _ER.jetmoe_gating_experts_of_rows),
+    ("jetmoe_experts", _ER.JETMOE, "JetMoeParallelExperts", _ER.jetmoe_experts_by_row),
+    ("longcat_flash_experts", _ER.LONGCAT_FLASH, "LongcatFlashExperts", _ER.longcat_flash_experts_batched),
+]:  # MoE routing computed in Python, which a trace keeps as constants
+    _transformers(
+        _rewrite.group, f"transformers.{_name}_in_export", f"{_rewrite.modeling_module}:{_class}", "forward",
+        _rewrite.reason, lambda replaced, _replacement=_replacement: _replacement,
+    )  # fmt: skip
+
+_torch(
+    _ER.JETMOE.group, "torch.index_add_in_jetmoe_export", "torch:Tensor", "index_add", _ER.JETMOE.reason,
+    _ER.index_add_by_one_hot,
+)  # fmt: skip
+
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
 _PYTHON_OPS = "export_python_ops"

@@ -18,7 +18,6 @@ _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 UNSUPPORTED: dict[str, str] = {
     "falcon_h1": "ORT fails in a PythonOp's backward on its Mamba-2 mixer",
     "mamba2": _LOSSES.format("2e-5"),
-    "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
     **dict.fromkeys(
         ("qwen3_5_moe", "qwen3_5_moe_text"),
@@ -29,11 +28,7 @@ UNSUPPORTED: dict[str, str] = {
     "runs in PyTorch",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
     "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
-    "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
-    "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
     "blt": "torch's exporter cannot write its scatter_reduce with include_self=False (the patch embeddings)",
-    "dbrx": "its experts loop in Python over the experts the batch routes to, which the export fixes to the traced "
-    "batch's routing (ORT's Split fails once it changes)",
     "xlnet": "ORT has no gradient for Einsum (its relative attention)",
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
     "bailing_hybrid": _LOSSES.format("8e-5"),
