@@ -278,6 +278,12 @@ for _rewrite in export_rewrites.CAUSAL_CONVS:
         "causal_conv1d_fn", _rewrite.reason, lambda replaced: export_rewrites.causal_conv_padded_left,
     )  # fmt: skip
 
+_PHIMOE = export_rewrites.PHIMOE
+_transformers(
+    _PHIMOE.group, "transformers.phimoe_multiplier_in_export", _PHIMOE.modeling_module, "PhimoeMultiplier",
+    _PHIMOE.reason, export_rewrites.phimoe_multiplier,
+)  # fmt: skip
+
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
 _PYTHON_OPS = "export_python_ops"

@@ -62,7 +62,16 @@ CAUSAL_CONVS = tuple(
         ("inkling2", ("inkling2_text",)),
     )
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS)
+PHIMOE = ModelRewrite(
+    "export_phimoe",
+    "transformers.models.phimoe.modeling_phimoe",
+    ("phimoe",),
+    "PhiMoE's router multiplies by PhimoeMultiplier, an autograd Function whose backward gives a gradient to the "
+    "scores only, though the multiplier (a GatherElements of the softmax) and the softmax it is also given require "
+    "one: ORT's PythonOp gradient then leaves those gradients unset, and the GatherElements gradient fails on its "
+    "missing input. While it is exported, the Function's backward returns zeros for them (what torch's None means)",
+)
+REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS, PHIMOE)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -144,3 +153,49 @@ def causal_conv_padded_left(
     if activation is not None:
         out = ACT2FN[activation](out)
     return out.to(hidden_states.dtype)
+
+
+def with_zero_gradients(
+    function: type[torch.autograd.Function], shaped_like_input: int | None = None
+) -> type[torch.autograd.Function]:
+    """A subclass of the autograd Function `function` whose backward returns zeros where `function`'s returns None
+    for a floating-point input that requires a gradient. ORT gives a PythonOp a gradient output for every input on a
+    differentiable path (whatever the backward returns, and through a detach, which the export drops) and leaves it
+    unset when the backward returns None: the gradient node that reads it fails on a missing input. Zeros are what
+    torch's None means, so the gradients are the same.
+
+    With `shaped_like_input`, ORT is told that the output has that input's shape and type (`infer_shape`): without a
+    shape for a PythonOp's output, ORT's gradient of a broadcasting Mul that reads it does not reduce the broadcast
+    dimensions, and the Function's backward receives a gradient of the broadcast shape."""
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        ctx.ort_zero_inputs = [
+            (arg.shape, arg.dtype, arg.device) if isinstance(arg, torch.Tensor) and arg.is_floating_point() else None
+            for arg in args
+        ]
+        return function.forward(ctx, *args)
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        results = function.backward(ctx, *grads)
+        results = results if isinstance(results, tuple) else (results,)
+        return tuple(
+            torch.zeros(meta[0], dtype=meta[1], device=meta[2])
+            if result is None and meta is not None and wanted
+            else result
+            for result, meta, wanted in zip(results, ctx.ort_zero_inputs, ctx.needs_input_grad, strict=True)
+        )
+
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        return [shapes[shaped_like_input]], [dtypes[shaped_like_input]]
+
+    members = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    if shaped_like_input is not None:
+        members["infer_shape"] = staticmethod(infer_shape)
+    # a direct subclass of Function: ORT registers no other kind of class for a PythonOp
+    return type(f"{function.__name__}WithZeroGradients", (torch.autograd.Function,), members)
+
+
+def phimoe_multiplier(multiplier: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
+    """`PhimoeMultiplier(scores, multiplier, selected_experts, masked_gates, mask_for_one)` returns `multiplier *
+    mask_for_one` (the same shape as the multiplier); its backward gives a gradient to the scores only."""
+    return with_zero_gradients(multiplier, shaped_like_input=1)

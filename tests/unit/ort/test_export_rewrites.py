@@ -132,3 +132,54 @@ def test_the_causal_conv_rewrite_applies_to_its_modeling_files_only() -> None:
     qwen3_5_group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == qwen3_5.__name__)
     assert export_rewrites.groups_for(torch.nn.Sequential(layer)) == [qwen3_5_group]
     assert len({rewrite.group for rewrite in export_rewrites.CAUSAL_CONVS}) == len(export_rewrites.CAUSAL_CONVS)
+
+
+phimoe = pytest.importorskip("transformers.models.phimoe.modeling_phimoe")
+
+
+class PhimoeRouter(torch.nn.Module):
+    """PhiMoE's sparsemixer in small: PhimoeMultiplier gets the scores, a GatherElements of their softmax and the
+    softmax (its backward returns None for both), and its output scales the hidden states by broadcasting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.router(x)
+        gates = scores.softmax(-1)
+        picked = gates.argmax(-1, keepdim=True)
+        mask = torch.ones_like(picked, dtype=x.dtype)
+        weight = phimoe.PhimoeMultiplier.apply(scores, gates.gather(-1, picked), picked, gates, mask)
+        return self.out(x * weight).square().mean()
+
+
+@pytest.mark.parametrize("rewritten", [True, False])
+def test_phimoe_multiplier_trains_in_ort_as_in_pytorch_only_rewritten(
+    rewritten: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the rewrite ORT's GatherElements gradient misses its input (the Function's None); the rewrite's
+    zeros and output shape give PyTorch's loss and gradients."""
+    from ort_zero import patches
+
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    torch.manual_seed(0)
+    reference, model = PhimoeRouter(), PhimoeRouter()
+    model.load_state_dict(reference.state_dict())
+    x = torch.randn(4, 8)
+    expected = reference(x)
+    expected.backward()
+    in_ort = importlib.import_module("onnxruntime.training.ortmodule").ORTModule(model)
+    if rewritten:
+        with patches.applied(export_rewrites.PHIMOE.group):  # ORTModule exports at the first forward
+            in_ort(x)
+    if not rewritten:
+        with pytest.raises(RuntimeError, match="GatherElements"):
+            in_ort(x).backward()
+        return
+    loss = in_ort(x)
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
+    torch.testing.assert_close(loss, expected)
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-7)
