@@ -71,7 +71,17 @@ PHIMOE = ModelRewrite(
     "one: ORT's PythonOp gradient then leaves those gradients unset, and the GatherElements gradient fails on its "
     "missing input. While it is exported, the Function's backward returns zeros for them (what torch's None means)",
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS, PHIMOE)
+BLT = ModelRewrite(
+    "export_blt",
+    "transformers.models.blt.modeling_blt",
+    ("blt",),
+    "BLT's hash embeddings hash byte groups with powers of large primes, `prime ** arange(group)` on int64, which "
+    "wraps around as it overflows; torch exports it as Pow, and ORT 1.19.2's int64 Pow computes in floating point "
+    "(1000000007**2 is 1000000014000000000, not ...049; an overflow saturates where torch wraps): every hash id "
+    "differed, so every hash embedding row read was another. While it is exported the powers are computed at "
+    "export time, wrapped as torch wraps them, and the graph gets them as a constant",
+)
+REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS, PHIMOE, BLT)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -199,3 +209,15 @@ def phimoe_multiplier(multiplier: type[torch.autograd.Function]) -> type[torch.a
     """`PhimoeMultiplier(scores, multiplier, selected_experts, masked_gates, mask_for_one)` returns `multiplier *
     mask_for_one` (the same shape as the multiplier); its backward gives a gradient to the scores only."""
     return with_zero_gradients(multiplier, shaped_like_input=1)
+
+
+def rolling_polynomial_hash_with_constant_powers(token_tensor: torch.Tensor, prime: int = 1000000007) -> torch.Tensor:
+    """transformers' BLT `rolling_polynomial_hash`: sum of token_i * prime**i over the last dimension, in int64 as
+    torch computes it (every product wraps modulo 2**64), with the powers computed here instead of by a Pow in the
+    graph. The group size (the last dimension) is a constant of the export (BLT's unfold window)."""
+    powers, power = [], 1
+    for _ in range(int(token_tensor.shape[-1])):
+        powers.append(power - 2**64 if power >= 2**63 else power)
+        power = power * prime % 2**64
+    weights = torch.tensor(powers, dtype=torch.int64, device=token_tensor.device)
+    return torch.sum(token_tensor * weights, dim=-1)
