@@ -32,8 +32,6 @@ UNSUPPORTED: dict[str, str] = {
     "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
-    "blt": "its entropy patcher sets the patch boundaries in Python (.item(), boolean masks), which the export fixes "
-    "to what the trace computed (0.08 off native's losses from step 1)",
     "dbrx": "its experts loop in Python over the experts the batch routes to, which the export fixes to the traced "
     "batch's routing (ORT's Split fails once it changes)",
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
