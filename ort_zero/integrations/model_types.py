@@ -26,7 +26,7 @@ UNSUPPORTED: dict[str, str] = {
         "trains with losses from native's to 1.4e-5 off them in others",
     ),
     "phimoe": _LOSSES.format(
-        "8.9e-5 at step 3: step 1's gradients match native's, then a routing decision of its sampled router flips"
+        "8.9e-5 at step 3: step 1's gradients match native's; a router mask 6e-5 from its threshold flips"
     ),
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
     "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
