@@ -69,7 +69,9 @@ PHIMOE = ModelRewrite(
     "PhiMoE's router multiplies by PhimoeMultiplier, an autograd Function whose backward gives a gradient to the "
     "scores only, though the multiplier (a GatherElements of the softmax) and the softmax it is also given require "
     "one: ORT's PythonOp gradient then leaves those gradients unset, and the GatherElements gradient fails on its "
-    "missing input. While it is exported, the Function's backward returns zeros for them (what torch's None means)",
+    "missing input; and ORT's gradient of the Mul that broadcasts the Function's output (a PythonOp output has no "
+    "shape for it) does not reduce the broadcast. While it is exported, the Function's backward returns zeros for "
+    "those inputs (what torch's None means) and its output is declared to have the multiplier's shape",
 )
 BLT = ModelRewrite(
     "export_blt",
@@ -165,14 +167,15 @@ def causal_conv_padded_left(
     return out.to(hidden_states.dtype)
 
 
+@functools.cache  # one class per Function: ORT registers a PythonOp's Function by its name at each export
 def with_zero_gradients(
     function: type[torch.autograd.Function], shaped_like_input: int | None = None
 ) -> type[torch.autograd.Function]:
-    """A subclass of the autograd Function `function` whose backward returns zeros where `function`'s returns None
-    for a floating-point input that requires a gradient. ORT gives a PythonOp a gradient output for every input on a
-    differentiable path (whatever the backward returns, and through a detach, which the export drops) and leaves it
-    unset when the backward returns None: the gradient node that reads it fails on a missing input. Zeros are what
-    torch's None means, so the gradients are the same.
+    """An autograd Function that runs `function`'s forward and backward, and returns zeros where `function`'s
+    backward returns None for a floating-point input that requires a gradient. ORT gives a PythonOp a gradient
+    output for every input on a differentiable path (whatever the backward returns, and through a detach, which the
+    export drops) and leaves it unset when the backward returns None: the gradient node that reads it fails on a
+    missing input. Zeros are what torch's None means, so the gradients are the same.
 
     With `shaped_like_input`, ORT is told that the output has that input's shape and type (`infer_shape`): without a
     shape for a PythonOp's output, ORT's gradient of a broadcasting Mul that reads it does not reduce the broadcast
