@@ -295,6 +295,18 @@ _torch(
     _ER.index_add_by_one_hot,
 )  # fmt: skip
 
+_PHIMOE = export_rewrites.PHIMOE
+_transformers(
+    _PHIMOE.group, "transformers.phimoe_multiplier_in_export", _PHIMOE.modeling_module, "PhimoeMultiplier",
+    _PHIMOE.reason, export_rewrites.phimoe_multiplier,
+)  # fmt: skip
+
+_BLT = export_rewrites.BLT
+_transformers(
+    _BLT.group, "transformers.blt_hash_in_export", _BLT.modeling_module, "rolling_polynomial_hash", _BLT.reason,
+    lambda replaced: export_rewrites.rolling_polynomial_hash_with_constant_powers,
+)  # fmt: skip
+
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
 _PYTHON_OPS = "export_python_ops"

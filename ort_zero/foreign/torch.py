@@ -2,10 +2,10 @@
 
 Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it does not own), a module's
 `_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs), the
-TorchScript exporter's symbolic helpers `_is_none`, `_get_const` and `_type_utils` (export_overrides), and the private
-modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and `torch._subclasses` (fake tensors, as
-torch.export traces with them). The exporter's private modules ORTModule imports are `ort_zero.patches`' (torch_onnx
-group).
+TorchScript exporter's symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides,
+export_einsum), and the private modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and
+`torch._subclasses` (fake tensors, as torch.export traces with them). The exporter's private modules ORTModule
+imports are `ort_zero.patches`' (torch_onnx group).
 """
 
 from __future__ import annotations
@@ -84,3 +84,17 @@ def onnx_constant_float(value: Any, name: str) -> float:
     from torch.onnx import symbolic_helper
 
     return symbolic_helper._get_const(value, "f", name)
+
+
+def onnx_constant_string(value: Any, name: str) -> str:
+    """In a TorchScript ONNX symbolic: a constant string input's value (e.g. einsum's equation)."""
+    from torch.onnx import symbolic_helper
+
+    return symbolic_helper._get_const(value, "s", name)
+
+
+def onnx_list(value: Any) -> list[Any]:
+    """In a TorchScript ONNX symbolic: the values of a list input (e.g. einsum's operands)."""
+    from torch.onnx import symbolic_helper
+
+    return symbolic_helper._unpack_list(value)

@@ -16,6 +16,7 @@ import torch
 
 from ..foreign import ortmodule as ort_internals
 from ..foreign import torch as torch_internals
+from .export_einsum import einsum_symbolic
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,16 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "(is_literal(shape_rank), Qwen4-Exp's gated residual): the dimension is resolved at export and the shape "
         "sliced at constant bounds",
         _unflatten,
+    ),
+    ExportOverride(
+        "aten::einsum",
+        ("xlnet",),
+        "ORT 1.19.2 has no gradient for Einsum, and ORTModule's symbolic writes only two-operand equations with an "
+        "explicit output and no ellipsis without it (as a batched MatMul): XLNet's relative attention transposes "
+        "its attention mask with a one-operand einsum. Every equation is brought to ORTModule's form (ellipsis and "
+        "implicit output made explicit, operands contracted two at a time), one operand is ReduceSum and Transpose "
+        "(ort_zero/ort/export_einsum.py)",
+        einsum_symbolic,
     ),
 )
 

@@ -100,6 +100,39 @@ def _solve_triangular(replaced: Callable[..., Any]) -> Callable[..., Any]:
     return solve_triangular
 
 
+class ScatterReduce(torch.autograd.Function):
+    """`input.scatter_reduce(dim, index, src, reduce, include_self=)`, run by torch."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, input: torch.Tensor, index: torch.Tensor, src: torch.Tensor, dim: int, reduce: str, include_self: bool
+    ) -> Any:
+        def scatter_reduce(input: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+            return torch.ops.aten.scatter_reduce(input, dim, index, src, reduce, include_self=include_self)
+
+        return _forward_keeping_graph(ctx, scatter_reduce, (input, index, src))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return _backward_through_graph(ctx, grad, non_tensors=3)
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        return [shapes[0]], [dtypes[0]]
+
+
+def _scatter_reduce(replaced: Callable[..., Any]) -> Callable[..., Any]:
+    def scatter_reduce(
+        self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, **rest: Any
+    ) -> Any:
+        include_self = rest.pop("include_self", True)
+        if rest or (include_self and reduce != "mean"):  # out=, or a form torch's exporter writes
+            return replaced(self, dim, index, src, reduce, include_self=include_self, **rest)
+        return ScatterReduce.apply(self, index, src, int(dim), str(reduce), bool(include_self))
+
+    return scatter_reduce
+
+
 def _draw(sample: Callable[[], torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     """`sample()` from torch's default generator; while the model is traced, from a copy of its state (the trace's
     values are not kept), so that an ORT run draws the same numbers as PyTorch at the same point of each step."""
@@ -183,6 +216,18 @@ PYTHON_OPS: tuple[PythonOpExport, ...] = (
         f"the gated delta rule of Qwen3.5/Qwen3-Next's linear attention solves a triangular system; {_NO_EXPORT} "
         "and ORT has no such kernel: solved by torch in a PythonOp, its gradient by torch's autograd",
         _solve_triangular,
+    ),
+    PythonOpExport(
+        "torch.tensor_scatter_reduce_in_torch",
+        "torch:Tensor",
+        "scatter_reduce",
+        ("blt",),
+        "BLT's patch embeddings take the maximum of each patch's byte embeddings with scatter_reduce('amax', "
+        "include_self=False), which torch's exporter refuses (ONNX's ScatterElements always reduces with the "
+        "destination's values, and has max only from opset 18; mean it has not at all), and ORT's ScatterElements "
+        "gradient ignores the reduction: reduced by torch in a PythonOp (include_self=False or mean), its gradient "
+        "by torch's autograd",
+        _scatter_reduce,
     ),
     PythonOpExport(
         "torch.tensor_exponential_in_torch",

@@ -93,7 +93,28 @@ LONGCAT_FLASH = ModelRewrite(
     "exported, each (token, expert) pair gathers its expert's weights for batched matmuls, and pairs routed to a "
     "zero-compute expert keep their input (the same values and gradients)",
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS, DBRX, JETMOE, LONGCAT_FLASH)
+PHIMOE = ModelRewrite(
+    "export_phimoe",
+    "transformers.models.phimoe.modeling_phimoe",
+    ("phimoe",),
+    "PhiMoE's router multiplies by PhimoeMultiplier, an autograd Function whose backward gives a gradient to the "
+    "scores only, though the multiplier (a GatherElements of the softmax) and the softmax it is also given require "
+    "one: ORT's PythonOp gradient then leaves those gradients unset, and the GatherElements gradient fails on its "
+    "missing input; and ORT's gradient of the Mul that broadcasts the Function's output (a PythonOp output has no "
+    "shape for it) does not reduce the broadcast. While it is exported, the Function's backward returns zeros for "
+    "those inputs (what torch's None means) and its output is declared to have the multiplier's shape",
+)
+BLT = ModelRewrite(
+    "export_blt",
+    "transformers.models.blt.modeling_blt",
+    ("blt",),
+    "BLT's hash embeddings hash byte groups with powers of large primes, `prime ** arange(group)` on int64, which "
+    "wraps around as it overflows; torch exports it as Pow, and ORT 1.19.2's int64 Pow computes in floating point "
+    "(1000000007**2 is 1000000014000000000, not ...049; an overflow saturates where torch wraps): every hash id "
+    "differed, so every hash embedding row read was another. While it is exported the powers are computed at "
+    "export time, wrapped as torch wraps them, and the graph gets them as a constant",
+)
+REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -246,3 +267,62 @@ def index_add_by_one_hot(index_add: Callable[..., torch.Tensor]) -> Callable[...
         return self + (added if alpha == 1 else alpha * added)
 
     return index_add_summed
+
+
+@functools.cache  # one class per Function: ORT registers a PythonOp's Function by its name at each export
+def with_zero_gradients(
+    function: type[torch.autograd.Function], shaped_like_input: int | None = None
+) -> type[torch.autograd.Function]:
+    """An autograd Function that runs `function`'s forward and backward, and returns zeros where `function`'s
+    backward returns None for a floating-point input that requires a gradient. ORT gives a PythonOp a gradient
+    output for every input on a differentiable path (whatever the backward returns, and through a detach, which the
+    export drops) and leaves it unset when the backward returns None: the gradient node that reads it fails on a
+    missing input. Zeros are what torch's None means, so the gradients are the same.
+
+    With `shaped_like_input`, ORT is told that the output has that input's shape and type (`infer_shape`): without a
+    shape for a PythonOp's output, ORT's gradient of a broadcasting Mul that reads it does not reduce the broadcast
+    dimensions, and the Function's backward receives a gradient of the broadcast shape."""
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        ctx.ort_zero_inputs = [
+            (arg.shape, arg.dtype, arg.device) if isinstance(arg, torch.Tensor) and arg.is_floating_point() else None
+            for arg in args
+        ]
+        return function.forward(ctx, *args)
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        results = function.backward(ctx, *grads)
+        results = results if isinstance(results, tuple) else (results,)
+        return tuple(
+            torch.zeros(meta[0], dtype=meta[1], device=meta[2])
+            if result is None and meta is not None and wanted
+            else result
+            for result, meta, wanted in zip(results, ctx.ort_zero_inputs, ctx.needs_input_grad, strict=True)
+        )
+
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        return [shapes[shaped_like_input]], [dtypes[shaped_like_input]]
+
+    members = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    if shaped_like_input is not None:
+        members["infer_shape"] = staticmethod(infer_shape)
+    # a direct subclass of Function: ORT registers no other kind of class for a PythonOp
+    return type(f"{function.__name__}WithZeroGradients", (torch.autograd.Function,), members)
+
+
+def phimoe_multiplier(multiplier: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
+    """`PhimoeMultiplier(scores, multiplier, selected_experts, masked_gates, mask_for_one)` returns `multiplier *
+    mask_for_one` (the same shape as the multiplier); its backward gives a gradient to the scores only."""
+    return with_zero_gradients(multiplier, shaped_like_input=1)
+
+
+def rolling_polynomial_hash_with_constant_powers(token_tensor: torch.Tensor, prime: int = 1000000007) -> torch.Tensor:
+    """transformers' BLT `rolling_polynomial_hash`: sum of token_i * prime**i over the last dimension, in int64 as
+    torch computes it (every product wraps modulo 2**64), with the powers computed here instead of by a Pow in the
+    graph. The group size (the last dimension) is a constant of the export (BLT's unfold window)."""
+    powers, power = [], 1
+    for _ in range(int(token_tensor.shape[-1])):
+        powers.append(power - 2**64 if power >= 2**63 else power)
+        power = power * prime % 2**64
+    weights = torch.tensor(powers, dtype=torch.int64, device=token_tensor.device)
+    return torch.sum(token_tensor * weights, dim=-1)

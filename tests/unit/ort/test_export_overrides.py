@@ -43,7 +43,17 @@ CASES = {
     "aten::diff": lambda x: torch.diff(x, n=2, dim=-1, prepend=x[:, :1], append=x[:, -1:]),
     "aten::linalg_vector_norm": lambda x: x / torch.norm(x, p=1, dim=-1, keepdim=True),  # DBRX's router
     "aten::unflatten": lambda x: (x.unflatten(-1, (2, 4)) * x[:, :2].unsqueeze(-1)).flatten(1),  # Qwen4-Exp
+    "aten::einsum": lambda x: _einsums(x),  # XLNet's one-operand transpose; ellipsis, implicit output, 3 operands
 }
+
+
+def _einsums(x: torch.Tensor) -> torch.Tensor:
+    heads = x.view(4, 2, 4)
+    transposed = torch.einsum("ibn->nbi", heads).reshape(8, 4).t()
+    batched = torch.einsum("...ij,...kj", heads, heads)  # (4, 2, 2): the implicit output "...ik"
+    chained = torch.einsum("bi,ij,bj->b", x, x.t() @ x, x)
+    summed = torch.einsum("bnd->bd", heads)
+    return transposed + batched.reshape(4, 4).repeat(1, 2) + chained[:, None] + summed.repeat(1, 2)
 
 
 def test_every_override_is_tested_here() -> None:

@@ -14,7 +14,7 @@ import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on 
 from ort_zero import patches
 from ort_zero.hooks.export_mode import exporting
 from ort_zero.ort import export_python_ops
-from ort_zero.ort.export_python_ops import Exponential, SolveTriangular, Uniform
+from ort_zero.ort.export_python_ops import Exponential, ScatterReduce, SolveTriangular, Uniform
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.python_op import function_name
 
@@ -35,6 +35,14 @@ def gumbel_pick(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x.softmax(-1).gather(-1, picked) * y
 
 
+def patch_maxima(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """BLT's patch embeddings: each patch's maximum over its positions (scatter_reduce amax without the destination's
+    values; patch 3 has no position and keeps its 0), read back at each position."""
+    patch_ids = (torch.arange(x.shape[1]) // 2)[None, :, None].expand_as(x)
+    patches = x.new_zeros(x.shape[0], 4, x.shape[2]).scatter_reduce(1, patch_ids, x, "amax", include_self=False)
+    return patches.gather(1, patch_ids) * y + patches[:, 3:].expand_as(y)
+
+
 def jittered(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """PhiMoE's router: a mask drawn with torch.rand_like."""
     return torch.where(torch.rand_like(x) > 0.75, x, y)
@@ -47,12 +55,14 @@ def shaken(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "torch.linalg_solve_triangular_in_torch": solve,
+    "torch.tensor_scatter_reduce_in_torch": patch_maxima,
     "torch.tensor_exponential_in_torch": gumbel_pick,
     "torch.tensor_uniform_in_torch": shaken,
     "torch.rand_like_in_torch": jittered,
 }
 FUNCTIONS = {
     "torch.linalg_solve_triangular_in_torch": SolveTriangular,
+    "torch.tensor_scatter_reduce_in_torch": ScatterReduce,
     "torch.tensor_exponential_in_torch": Exponential,
     "torch.tensor_uniform_in_torch": Uniform,
     "torch.rand_like_in_torch": Uniform,
@@ -140,5 +150,5 @@ def test_without_the_python_op_ort_cannot_train_it(name: str, monkeypatch: pytes
         reference.load_state_dict(model._torch_module._flattened_module._original_module.state_dict())
         assert not torch.equal(train(model, torch.randn(2, 6, 8))[0], train(reference, torch.randn(2, 6, 8))[0])
         return
-    with pytest.raises(Exception, match="solve_triangular|exponential|uniform"):  # noqa: PT011 - ORT wraps it
+    with pytest.raises(Exception, match="solve_triangular|exponential|uniform|include_self"):  # noqa: PT011 - ORT wraps it
         train(model, torch.randn(2, 6, 8), steps=1)

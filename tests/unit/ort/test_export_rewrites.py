@@ -1,10 +1,12 @@
 """Model code rewritten while ort_zero exports it gives transformers' values: Llama 4's and DeepSeek-V2's rotary
 embeddings in real arithmetic (in place of complex numbers), the left-padded causal convolution of the linear-attention
-models, a scattered Python bool traced as an int (torch's exporter asserts on the bool); each model rewrite applies to
+models, a scattered Python bool traced as an int (torch's exporter asserts on the bool), PhiMoE's multiplier Function
+with zeros for its None gradients, BLT's hash with its prime powers computed at export; each model rewrite applies to
 the models built from its modeling file only."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import pytest
@@ -132,3 +134,96 @@ def test_the_causal_conv_rewrite_applies_to_its_modeling_files_only() -> None:
     qwen3_5_group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == qwen3_5.__name__)
     assert export_rewrites.groups_for(torch.nn.Sequential(layer)) == [qwen3_5_group]
     assert len({rewrite.group for rewrite in export_rewrites.CAUSAL_CONVS}) == len(export_rewrites.CAUSAL_CONVS)
+
+
+phimoe = pytest.importorskip("transformers.models.phimoe.modeling_phimoe")
+
+
+class PhimoeRouter(torch.nn.Module):
+    """PhiMoE's sparsemixer in small: PhimoeMultiplier gets the scores, a GatherElements of their softmax and the
+    softmax (its backward returns None for both), and its output scales the hidden states by broadcasting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.router(x)
+        gates = scores.softmax(-1)
+        picked = gates.argmax(-1, keepdim=True)
+        mask = torch.ones_like(picked, dtype=x.dtype)
+        weight = phimoe.PhimoeMultiplier.apply(scores, gates.gather(-1, picked), picked, gates, mask)
+        return self.out(x * weight).square().mean()
+
+
+@pytest.mark.parametrize("rewritten", [True, False])
+def test_phimoe_multiplier_trains_in_ort_as_in_pytorch_only_rewritten(
+    rewritten: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the rewrite ORT's GatherElements gradient misses its input (the Function's None); the rewrite's
+    zeros and output shape give PyTorch's loss and gradients."""
+    from ort_zero import patches
+
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    torch.manual_seed(0)
+    reference, model = PhimoeRouter(), PhimoeRouter()
+    model.load_state_dict(reference.state_dict())
+    x = torch.randn(4, 8)
+    expected = reference(x)
+    expected.backward()
+    in_ort = importlib.import_module("onnxruntime.training.ortmodule").ORTModule(model)
+    if rewritten:
+        with patches.applied(export_rewrites.PHIMOE.group):  # ORTModule exports at the first forward
+            in_ort(x)
+    if not rewritten:
+        with pytest.raises(RuntimeError, match="GatherElements"):
+            in_ort(x).backward()
+        return
+    loss = in_ort(x)
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
+    torch.testing.assert_close(loss, expected)
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-7)
+
+
+blt = pytest.importorskip("transformers.models.blt.modeling_blt")
+
+
+@pytest.mark.parametrize("prime", [1000000007, 5915587277, 9576890767])
+def test_the_hash_with_constant_powers_gives_transformers_values(prime: int) -> None:
+    tokens = torch.randint(0, 256, (2, 5, 8), generator=torch.Generator().manual_seed(0))
+    for group in (2, 3, 8):  # prime**2 already passes 2**53; from prime**3 on the powers wrap around
+        windows = tokens[..., :group]
+        expected = blt.rolling_polynomial_hash(windows, prime)
+        assert torch.equal(export_rewrites.rolling_polynomial_hash_with_constant_powers(windows, prime), expected)
+
+
+class ByteGroupHashes(torch.nn.Module):
+    """BLT's hash ids of byte groups (sizes 3 and 8, two primes), handed out next to a trained Linear's loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hashes = torch.stack(
+            [blt.byte_group_hash_function(ids, g, p, 30000) for g in (3, 8) for p in (1000000007, 5915587277)], -1
+        )
+        return self.linear(hashes.float()).square().mean(), hashes
+
+
+@pytest.mark.parametrize("rewritten", [True, False])
+def test_blt_hashes_in_ort_are_torch_hashes_only_rewritten(rewritten: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ort_zero import patches
+
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    ids = torch.randint(3, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    model = ByteGroupHashes()
+    expected = model(ids)[1]
+    in_ort = importlib.import_module("onnxruntime.training.ortmodule").ORTModule(model)
+    with patches.applied(export_rewrites.BLT.group) if rewritten else contextlib.nullcontext():
+        loss, hashes = in_ort(ids)  # ORTModule exports at the first forward
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
+    assert torch.equal(hashes, expected) == rewritten  # ORT's int64 Pow: every hash differs
