@@ -15,7 +15,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
-from .ort import console, export_context, export_python_ops, export_rewrites, shape_inference, torch_compat
+from .ort import (
+    console,
+    export_context,
+    export_python_ops,
+    export_rewrites,
+    export_tuples,
+    shape_inference,
+    torch_compat,
+)
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
     UnsupportedVersionError,
@@ -240,6 +248,14 @@ _torch(
     "the whole model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but "
     "the stand-ins (their shapes are in the graph's input types).",
     export_context.shape_inference_without_stand_ins,
+)  # fmt: skip
+_torch(
+    "ort_export", "torch.lower_unread_bridge_tuples", "torch._C", "_jit_pass_lower_all_tuples",
+    "a bridge returns its module's tensors as one tuple; where nothing reads them (types "
+    f"{', '.join(export_tuples.MODEL_TYPES)}) the tracer drops the unpack but keeps the PythonOp, and torch's tuple "
+    "lowering stops the export (Couldn't lower all tuples): while ORTModule exports a ZeRO-3 model each such tuple "
+    "gets an unpack nothing reads, and is flattened like the others (ort_zero/ort/export_tuples.py)",
+    export_tuples.lowering_unread_tuples,
 )  # fmt: skip
 
 for _method in ("scatter", "scatter_"):
