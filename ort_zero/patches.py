@@ -287,6 +287,11 @@ _transformers(
     _DEEPSEEK_V2.group, "transformers.deepseek_v2_apply_rotary_in_export", _DEEPSEEK_V2.modeling_module,
     "apply_rotary_emb", _DEEPSEEK_V2.reason, lambda replaced: export_rewrites.deepseek_v2_rotate_pairs,
 )  # fmt: skip
+_CPMANT = export_rewrites.CPMANT
+_transformers(
+    _CPMANT.group, "transformers.cpmant_bool_mask_in_export", f"{_CPMANT.modeling_module}:CpmAntModel",
+    "_prepare_attention_mask", _CPMANT.reason, export_rewrites.mask_from_bool_context,
+)  # fmt: skip
 
 for _rewrite in export_rewrites.CAUSAL_CONVS:
     _transformers(

@@ -41,6 +41,15 @@ DEEPSEEK_V2 = ModelRewrite(
     "DeepSeek-V2's rotary embedding multiplies complex numbers as Llama 4's does (heads before positions): the same "
     "rewrite in real arithmetic",
 )
+CPMANT = ModelRewrite(
+    "export_cpmant",
+    "transformers.models.cpmant.modeling_cpmant",
+    ("cpmant",),
+    "CPM-Ant builds its attention mask from `context`, an int64 tensor of ones, or-ed with bool masks (`int | bool`): "
+    "torch exports a bitwise or of ints at no opset ORT 1.19.2 trains (ONNX's Or takes bools; the exporter refuses, "
+    "SymbolicValueError): while it is exported the mask is built from `context != 0`, whose masks are true where "
+    "the int ones are nonzero, which is all the attention reads of them (`mask == False`)",
+)
 _CAUSAL_CONV_REASON = (
     "transformers' causal convolution (causal_conv1d_fn's PyTorch fallback in the linear attention: a depthwise "
     "Conv1d padded by kernel - 1 on both sides, of which the first seq_len outputs are kept) exported as "
@@ -62,7 +71,7 @@ CAUSAL_CONVS = tuple(
         ("inkling2", ("inkling2_text",)),
     )
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS)
+REWRITES = (LLAMA4, DEEPSEEK_V2, CPMANT, *CAUSAL_CONVS)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -124,6 +133,19 @@ def scatter_bool_value_as_int(scatter: Callable[..., torch.Tensor]) -> Callable[
         return scatter(self, dim, index, *args, **kwargs)
 
     return scatter_with_int
+
+
+def mask_from_bool_context(prepare: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """CPM-Ant's `_prepare_attention_mask(input_ids, span, context, length)` with `context != 0` for `context`: the
+    int mask's or/and with bool masks become ops on bools, true where the int mask is nonzero."""
+
+    @functools.wraps(prepare)
+    def prepare_from_bools(
+        self: Any, input_ids: torch.Tensor, span: torch.Tensor, context: torch.Tensor, length: torch.Tensor
+    ) -> torch.Tensor:
+        return prepare(self, input_ids, span, context != 0, length)
+
+    return prepare_from_bools
 
 
 def causal_conv_padded_left(

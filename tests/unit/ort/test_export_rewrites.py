@@ -132,3 +132,59 @@ def test_the_causal_conv_rewrite_applies_to_its_modeling_files_only() -> None:
     qwen3_5_group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == qwen3_5.__name__)
     assert export_rewrites.groups_for(torch.nn.Sequential(layer)) == [qwen3_5_group]
     assert len({rewrite.group for rewrite in export_rewrites.CAUSAL_CONVS}) == len(export_rewrites.CAUSAL_CONVS)
+
+
+cpmant = pytest.importorskip("transformers.models.cpmant.modeling_cpmant")
+
+
+class MaskedLikeCpmAnt(torch.nn.Module):
+    """Scores masked with CPM-Ant's attention mask, built as its model builds it (an int64 `context` of ones)."""
+
+    prompt_length = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq_len = x.shape
+        ids = torch.zeros(batch, seq_len, dtype=torch.long)
+        context, span = torch.ones_like(ids), torch.zeros_like(ids)
+        length = torch.arange(batch) + 3
+        mask = cpmant.CpmAntModel._prepare_attention_mask(self, ids, span, context, length)
+        scores = self.linear(x)[:, None, :].expand(batch, seq_len, seq_len)
+        return scores.masked_fill(mask == torch.tensor(False), 0.0).square().sum()
+
+
+def test_cpmants_mask_from_bools_is_true_where_its_int_mask_is_nonzero() -> None:
+    model, ids = MaskedLikeCpmAnt(), torch.randint(0, 9, (3, 7))
+    context, span, length = torch.ones_like(ids), torch.randint(0, 2, (3, 7)), torch.tensor([2, 4, 5])
+    expected = cpmant.CpmAntModel._prepare_attention_mask(model, ids, span, context, length)
+    assert expected.dtype == torch.int64, "transformers' mask is no int mask: the rewrite is not needed"
+    prepare = export_rewrites.mask_from_bool_context(cpmant.CpmAntModel._prepare_attention_mask)
+    torch.testing.assert_close(prepare(model, ids, span, context, length), expected != 0)
+
+
+@pytest.mark.parametrize("rewritten", [False, True])
+def test_cpmants_mask_exports_only_from_bools(monkeypatch: pytest.MonkeyPatch, rewritten: bool) -> None:
+    ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    if rewritten:  # what the patch does while ORTModule exports a ZeRO-3 CPM-Ant
+        prepare = export_rewrites.mask_from_bool_context(cpmant.CpmAntModel._prepare_attention_mask)
+        monkeypatch.setattr(cpmant.CpmAntModel, "_prepare_attention_mask", prepare)
+    torch.manual_seed(0)
+    model, x = MaskedLikeCpmAnt(), torch.randn(4, 8)
+    reference = MaskedLikeCpmAnt()
+    reference.load_state_dict(model.state_dict())
+    expected = reference(x)
+    expected.backward()
+    in_ort = ortmodule.ORTModule(model)
+    if not rewritten:
+        with pytest.raises(Exception, match="bitwise OR"):  # noqa: PT011 - the exporter's SymbolicValueError
+            in_ort(x)
+        return
+    loss = in_ort(x)
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
