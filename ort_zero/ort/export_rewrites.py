@@ -69,6 +69,7 @@ CAUSAL_CONVS = tuple(
         ("kimi_linear", ("kimi_linear",)),
         ("bailing_hybrid", ("bailing_hybrid",)),
         ("inkling2", ("inkling2_text",)),
+        ("falcon_h1", ("falcon_h1",)),
     )
 )
 REWRITES = (LLAMA4, DEEPSEEK_V2, CPMANT, *CAUSAL_CONVS)

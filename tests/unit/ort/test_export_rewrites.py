@@ -188,3 +188,21 @@ def test_cpmants_mask_exports_only_from_bools(monkeypatch: pytest.MonkeyPatch, r
     assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
+
+
+falcon_h1 = pytest.importorskip("transformers.models.falcon_h1.modeling_falcon_h1")
+
+
+def test_falcon_h1s_causal_conv_is_rewritten_with_the_same_values() -> None:
+    """Falcon-H1's mixer runs its own copy of `causal_conv1d_fn`; without the rewrite its export lost a PythonOp's
+    context in ORT's CPU backward (ORT 1.19.2's arena, as for the linear-attention types)."""
+    from transformers import FalconH1Config
+
+    config = FalconH1Config(hidden_size=32, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8)
+    mixer = falcon_h1.FalconH1Mixer(config, layer_idx=0)
+    group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == falcon_h1.__name__)
+    assert export_rewrites.groups_for(torch.nn.Sequential(mixer)) == [group]
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(2, 6, 9), torch.randn(6, 4), torch.randn(6)
+    expected = falcon_h1.causal_conv1d_fn(x, weight, bias, activation="silu")
+    torch.testing.assert_close(export_rewrites.causal_conv_padded_left(x, weight, bias, activation="silu"), expected)
