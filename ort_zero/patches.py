@@ -292,6 +292,19 @@ _transformers(
     _CPMANT.group, "transformers.cpmant_bool_mask_in_export", f"{_CPMANT.modeling_module}:CpmAntModel",
     "_prepare_attention_mask", _CPMANT.reason, export_rewrites.mask_from_bool_context,
 )  # fmt: skip
+_REFORMER = export_rewrites.REFORMER
+
+
+def _reformer_backward(replaced: Any) -> Any:
+    from .foreign.transformers import reformer_reversible_forward
+
+    return export_rewrites.one_gradient_per_input(replaced, reformer_reversible_forward())
+
+
+_transformers(
+    _REFORMER.group, "transformers.reformer_reversible_backward_in_export",
+    f"{_REFORMER.modeling_module}:_ReversibleFunction", "backward", _REFORMER.reason, _reformer_backward,
+)  # fmt: skip
 
 for _rewrite in export_rewrites.CAUSAL_CONVS:
     _transformers(

@@ -11,6 +11,7 @@ modules come from that modeling file is exported.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,15 @@ CPMANT = ModelRewrite(
     "SymbolicValueError): while it is exported the mask is built from `context != 0`, whose masks are true where "
     "the int ones are nonzero, which is all the attention reads of them (`mask == False`)",
 )
+REFORMER = ModelRewrite(
+    "export_reformer",
+    "transformers.models.reformer.modeling_reformer",
+    ("reformer",),
+    "Reformer's reversible layers run in an autograd Function (`_ReversibleFunction`, a PythonOp in ORT's graph) "
+    "whose backward returns 12 gradients for its 11 inputs (a trailing None): PyTorch drops extra Nones, ORT's "
+    "PythonOpGrad stops the backward (outputs sizes 11 vs 12). ORT takes the backward the exporter registers: "
+    "while the model is exported it is one that returns one gradient per input",
+)
 _CAUSAL_CONV_REASON = (
     "transformers' causal convolution (causal_conv1d_fn's PyTorch fallback in the linear attention: a depthwise "
     "Conv1d padded by kernel - 1 on both sides, of which the first seq_len outputs are kept) exported as "
@@ -72,7 +82,7 @@ CAUSAL_CONVS = tuple(
         ("falcon_h1", ("falcon_h1",)),
     )
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2, CPMANT, *CAUSAL_CONVS)
+REWRITES = (LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, *CAUSAL_CONVS)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -147,6 +157,22 @@ def mask_from_bool_context(prepare: Callable[..., torch.Tensor]) -> Callable[...
         return prepare(self, input_ids, span, context != 0, length)
 
     return prepare_from_bools
+
+
+def one_gradient_per_input(backward: staticmethod, forward: Callable[..., Any]) -> staticmethod:
+    """An autograd Function's `backward` that returns one gradient per input of its `forward` (whose first argument
+    is ctx): trailing Nones beyond them are dropped, as PyTorch drops them; a gradient there is an error."""
+    inputs = len(inspect.signature(forward).parameters) - 1
+
+    @functools.wraps(backward.__func__)
+    def backward_per_input(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        result = backward.__func__(ctx, *grads)
+        result = result if isinstance(result, tuple) else (result,)
+        if any(extra is not None for extra in result[inputs:]):
+            raise RuntimeError(f"{backward.__func__.__qualname__} returned gradients beyond its {inputs} inputs")
+        return result[:inputs]
+
+    return staticmethod(backward_per_input)
 
 
 def causal_conv_padded_left(

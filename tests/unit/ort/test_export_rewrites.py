@@ -6,6 +6,7 @@ the models built from its modeling file only."""
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import pytest
 import torch
@@ -206,3 +207,78 @@ def test_falcon_h1s_causal_conv_is_rewritten_with_the_same_values() -> None:
     x, weight, bias = torch.randn(2, 6, 9), torch.randn(6, 4), torch.randn(6)
     expected = falcon_h1.causal_conv1d_fn(x, weight, bias, activation="silu")
     torch.testing.assert_close(export_rewrites.causal_conv_padded_left(x, weight, bias, activation="silu"), expected)
+
+
+def _doubled(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x * scale * 2
+
+
+def _doubled_backward_with_extra_none(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    return grad * 2, None, None
+
+
+class ExtraNone(torch.autograd.Function):
+    """Doubles its input; its backward returns a trailing None beyond its inputs, as Reformer's
+    `_ReversibleFunction` does (PyTorch drops it)."""
+
+    forward = staticmethod(_doubled)
+    backward = staticmethod(_doubled_backward_with_extra_none)
+
+
+class ExtraNoneRewritten(torch.autograd.Function):
+    """The same Function under another name: ORT keeps the first backward registered under a name per process."""
+
+    forward = staticmethod(_doubled)
+    backward = staticmethod(_doubled_backward_with_extra_none)
+
+
+class ThroughExtraNone(torch.nn.Module):
+    def __init__(self, function: type[torch.autograd.Function]) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.function = function
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.function.apply(self.linear(x), 1.0).square().mean()
+
+
+@pytest.mark.parametrize("rewritten", [False, True])
+def test_a_backward_with_a_trailing_none_trains_only_with_one_gradient_per_input(
+    enabled: None, monkeypatch: pytest.MonkeyPatch, rewritten: bool
+) -> None:
+    """ORT keeps the backward the exporter registered: exported with the rewrite, it runs the rewritten one."""
+    ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+    function = ExtraNoneRewritten if rewritten else ExtraNone
+    if rewritten:  # what the patch does while ORTModule exports a ZeRO-3 Reformer
+        backward = export_rewrites.one_gradient_per_input(vars(ExtraNone)["backward"], ExtraNone.forward)
+        monkeypatch.setattr(function, "backward", backward)
+    torch.manual_seed(0)
+    model, reference, x = ThroughExtraNone(function), ThroughExtraNone(function), torch.randn(4, 8)
+    reference.load_state_dict(model.state_dict())
+    expected = reference(x)
+    expected.backward()
+    in_ort = ortmodule.ORTModule(model)
+    loss = in_ort(x)
+    if not rewritten:
+        with pytest.raises(Exception, match="sizes not expected"):  # noqa: PT011 - ORT's PythonOpGrad
+            loss.backward()
+        return
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
+
+
+def test_one_gradient_per_input_refuses_a_gradient_beyond_the_inputs() -> None:
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return grad, grad
+
+    backward = export_rewrites.one_gradient_per_input(vars(Wrong)["backward"], Wrong.forward)
+    with pytest.raises(RuntimeError, match="beyond its 1 inputs"):
+        backward.__func__(None, torch.ones(2))
