@@ -13,10 +13,8 @@ _QWEN4 = (
     "ort_zero exports unflatten its own way); one run without the native run first trained with native's losses"
 )
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
-_TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
 UNSUPPORTED: dict[str, str] = {
-    "falcon_h1": "ORT fails in a PythonOp's backward on its Mamba-2 mixer",
     "mamba2": _LOSSES.format("2e-5"),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
@@ -27,7 +25,6 @@ UNSUPPORTED: dict[str, str] = {
     ),
     "phimoe": "ORT's symbolic shape inference fails on its exported graph (int(inf) in a Cast); its router's sampling "
     "runs in PyTorch",
-    "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
     "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
@@ -45,7 +42,6 @@ UNSUPPORTED: dict[str, str] = {
     "mamba": _LOSSES.format("6.2e-5"),
     "openai-gpt": "its losses are NaN at a tiny size, natively too (not investigated)",
     "recurrent_gemma": _LOSSES.format("6e-3"),
-    **dict.fromkeys(("deepseek_v4", "olmo_hybrid", "reformer"), _TUPLES),
 }
 
 

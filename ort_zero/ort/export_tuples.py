@@ -1,10 +1,10 @@
 """A bridge whose module's outputs nobody reads, made lowerable for torch's TorchScript exporter.
 
 The tracer records an autograd Function that returns a tuple (every ort_zero bridge does) as a PythonOp with one
-tuple-typed output, unpacked by a `prim::TupleUnpack`. Where the module's outputs are never read (a rotary
-embedding whose cos/sin no layer of a tiny all-linear-attention model uses, a Reformer attention's unused
-buckets), the tracer's dead-code pass drops the unpack but keeps the PythonOp (it has side effects: the release
-of the module's parameters). torch's tuple lowering flattens only tuples that are read, and then stops the export
+tuple-typed output, unpacked by a `prim::TupleUnpack`. Where the module's outputs are never read (a rotary embedding
+whose cos/sin no layer of a tiny all-linear-attention model uses, DeepSeek-V4's attention compressor at a short
+sequence), the tracer's dead-code pass drops the unpack but keeps the PythonOp (it has side effects: the release of
+the module's parameters). torch's tuple lowering flattens only tuples that are read, and then stops the export
 with "Couldn't lower all tuples". Handing each such output an unpack of its own, whose results nobody reads, lets
 the lowering flatten it into one output per tensor like any other bridge's.
 """
