@@ -15,7 +15,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
-from .ort import console, export_context, export_python_ops, export_rewrites, shape_inference, torch_compat
+from .ort import (
+    console,
+    export_context,
+    export_python_ops,
+    export_rewrites,
+    export_tuples,
+    shape_inference,
+    torch_compat,
+)
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
     UnsupportedVersionError,
@@ -241,6 +249,14 @@ _torch(
     "the stand-ins (their shapes are in the graph's input types).",
     export_context.shape_inference_without_stand_ins,
 )  # fmt: skip
+_torch(
+    "ort_export", "torch.lower_unread_bridge_tuples", "torch._C", "_jit_pass_lower_all_tuples",
+    "a bridge returns its module's tensors as one tuple; where nothing reads them (types "
+    f"{', '.join(export_tuples.MODEL_TYPES)}) the tracer drops the unpack but keeps the PythonOp, and torch's tuple "
+    "lowering stops the export (Couldn't lower all tuples): while ORTModule exports a ZeRO-3 model each such tuple "
+    "gets an unpack nothing reads, and is flattened like the others (ort_zero/ort/export_tuples.py)",
+    export_tuples.lowering_unread_tuples,
+)  # fmt: skip
 
 for _method in ("scatter", "scatter_"):
     _torch(
@@ -270,6 +286,24 @@ _transformers(
 _transformers(
     _DEEPSEEK_V2.group, "transformers.deepseek_v2_apply_rotary_in_export", _DEEPSEEK_V2.modeling_module,
     "apply_rotary_emb", _DEEPSEEK_V2.reason, lambda replaced: export_rewrites.deepseek_v2_rotate_pairs,
+)  # fmt: skip
+_CPMANT = export_rewrites.CPMANT
+_transformers(
+    _CPMANT.group, "transformers.cpmant_bool_mask_in_export", f"{_CPMANT.modeling_module}:CpmAntModel",
+    "_prepare_attention_mask", _CPMANT.reason, export_rewrites.mask_from_bool_context,
+)  # fmt: skip
+_REFORMER = export_rewrites.REFORMER
+
+
+def _reformer_backward(replaced: Any) -> Any:
+    from .foreign.transformers import reformer_reversible_forward
+
+    return export_rewrites.one_gradient_per_input(replaced, reformer_reversible_forward())
+
+
+_transformers(
+    _REFORMER.group, "transformers.reformer_reversible_backward_in_export",
+    f"{_REFORMER.modeling_module}:_ReversibleFunction", "backward", _REFORMER.reason, _reformer_backward,
 )  # fmt: skip
 
 for _rewrite in export_rewrites.CAUSAL_CONVS:

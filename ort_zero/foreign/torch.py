@@ -1,11 +1,12 @@
 """torch's internals that ort_zero reads (torch `versions.TORCH_VERSIONS`).
 
 Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it does not own), a module's
-`_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs), the
-TorchScript exporter's symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides,
-export_einsum), and the private modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and
-`torch._subclasses` (fake tensors, as torch.export traces with them). The exporter's private modules ORTModule
-imports are `ort_zero.patches`' (torch_onnx group).
+`_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs),
+TorchScript's `torch._C.TupleType` (an exported graph's tuple values: export_tuples), the TorchScript exporter's
+symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides, export_einsum), and
+the private modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and `torch._subclasses`
+(fake tensors, as torch.export traces with them). The exporter's private modules ORTModule imports are
+`ort_zero.patches`' (torch_onnx group).
 """
 
 from __future__ import annotations
@@ -98,3 +99,9 @@ def onnx_list(value: Any) -> list[Any]:
     from torch.onnx import symbolic_helper
 
     return symbolic_helper._unpack_list(value)
+
+
+def jit_tuple_elements(value: Any) -> list[Any] | None:
+    """The element types of a TorchScript graph value of tuple type; None when it is no tuple."""
+    value_type = value.type()
+    return list(value_type.elements()) if isinstance(value_type, torch._C.TupleType) else None

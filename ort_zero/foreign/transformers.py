@@ -2,7 +2,8 @@
 
 Read: a model config's `_attn_implementation` (which attention a built model runs: transformers keeps no public
 name for it). Called: the Trainer's `_save_rng_state` (each rank's last file of a checkpoint), which ORTZeroTrainer
-extends.
+extends. Reformer's private autograd Function `_ReversibleFunction` (its forward's inputs: the export rewrite of its
+backward).
 """
 
 from __future__ import annotations
@@ -18,3 +19,10 @@ def attention_implementation(model: Any) -> str | None:
 def save_rng_state(trainer_class: type, trainer: Any, output_dir: str) -> None:
     """What `trainer_class`'s bases do in `Trainer._save_rng_state` (each rank writes its RNG states)."""
     super(trainer_class, trainer)._save_rng_state(output_dir)
+
+
+def reformer_reversible_forward() -> Any:
+    """The forward of Reformer's `_ReversibleFunction` (the autograd Function its reversible layers run in)."""
+    from transformers.models.reformer import modeling_reformer
+
+    return modeling_reformer._ReversibleFunction.forward

@@ -13,10 +13,8 @@ _QWEN4 = (
     "ort_zero exports unflatten its own way); one run without the native run first trained with native's losses"
 )
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
-_TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
 UNSUPPORTED: dict[str, str] = {
-    "falcon_h1": "ORT fails in a PythonOp's backward on its Mamba-2 mixer",
     "mamba2": _LOSSES.format("2e-5"),
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
     **dict.fromkeys(
@@ -27,7 +25,6 @@ UNSUPPORTED: dict[str, str] = {
     "phimoe": _LOSSES.format(
         "8.9e-5 at step 3: step 1's gradients match native's; a router mask 6e-5 from its threshold flips"
     ),
-    "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
     "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
     "bailing_hybrid": _LOSSES.format("8e-5"),
@@ -38,7 +35,6 @@ UNSUPPORTED: dict[str, str] = {
     "lfm3": _LOSSES.format("4.4e-4; a plain ORTModule without ZeRO also gives other gradients"),
     "mamba": _LOSSES.format("6.2e-5"),
     "recurrent_gemma": _LOSSES.format("6e-3"),
-    **dict.fromkeys(("deepseek_v4", "olmo_hybrid", "reformer"), _TUPLES),
 }
 
 

@@ -12,6 +12,7 @@ while a ZeRO-3 model whose modules come from that modeling file is exported.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,24 @@ DEEPSEEK_V2 = ModelRewrite(
     "DeepSeek-V2's rotary embedding multiplies complex numbers as Llama 4's does (heads before positions): the same "
     "rewrite in real arithmetic",
 )
+CPMANT = ModelRewrite(
+    "export_cpmant",
+    "transformers.models.cpmant.modeling_cpmant",
+    ("cpmant",),
+    "CPM-Ant builds its attention mask from `context`, an int64 tensor of ones, or-ed with bool masks (`int | bool`): "
+    "torch exports a bitwise or of ints at no opset ORT 1.19.2 trains (ONNX's Or takes bools; the exporter refuses, "
+    "SymbolicValueError): while it is exported the mask is built from `context != 0`, whose masks are true where "
+    "the int ones are nonzero, which is all the attention reads of them (`mask == False`)",
+)
+REFORMER = ModelRewrite(
+    "export_reformer",
+    "transformers.models.reformer.modeling_reformer",
+    ("reformer",),
+    "Reformer's reversible layers run in an autograd Function (`_ReversibleFunction`, a PythonOp in ORT's graph) "
+    "whose backward returns 12 gradients for its 11 inputs (a trailing None): PyTorch drops extra Nones, ORT's "
+    "PythonOpGrad stops the backward (outputs sizes 11 vs 12). ORT takes the backward the exporter registers: "
+    "while the model is exported it is one that returns one gradient per input",
+)
 _CAUSAL_CONV_REASON = (
     "transformers' causal convolution (causal_conv1d_fn's PyTorch fallback in the linear attention: a depthwise "
     "Conv1d padded by kernel - 1 on both sides, of which the first seq_len outputs are kept) exported as "
@@ -61,6 +80,7 @@ CAUSAL_CONVS = tuple(
         ("kimi_linear", ("kimi_linear",)),
         ("bailing_hybrid", ("bailing_hybrid",)),
         ("inkling2", ("inkling2_text",)),
+        ("falcon_h1", ("falcon_h1",)),
     )
 )
 DBRX = ModelRewrite(
@@ -114,7 +134,7 @@ BLT = ModelRewrite(
     "differed, so every hash embedding row read was another. While it is exported the powers are computed at "
     "export time, wrapped as torch wraps them, and the graph gets them as a constant",
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2, *CAUSAL_CONVS, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT)
+REWRITES = (LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, *CAUSAL_CONVS, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT)
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:
@@ -176,6 +196,35 @@ def scatter_bool_value_as_int(scatter: Callable[..., torch.Tensor]) -> Callable[
         return scatter(self, dim, index, *args, **kwargs)
 
     return scatter_with_int
+
+
+def mask_from_bool_context(prepare: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """CPM-Ant's `_prepare_attention_mask(input_ids, span, context, length)` with `context != 0` for `context`: the
+    int mask's or/and with bool masks become ops on bools, true where the int mask is nonzero."""
+
+    @functools.wraps(prepare)
+    def prepare_from_bools(
+        self: Any, input_ids: torch.Tensor, span: torch.Tensor, context: torch.Tensor, length: torch.Tensor
+    ) -> torch.Tensor:
+        return prepare(self, input_ids, span, context != 0, length)
+
+    return prepare_from_bools
+
+
+def one_gradient_per_input(backward: staticmethod, forward: Callable[..., Any]) -> staticmethod:
+    """An autograd Function's `backward` that returns one gradient per input of its `forward` (whose first argument
+    is ctx): trailing Nones beyond them are dropped, as PyTorch drops them; a gradient there is an error."""
+    inputs = len(inspect.signature(forward).parameters) - 1
+
+    @functools.wraps(backward.__func__)
+    def backward_per_input(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        result = backward.__func__(ctx, *grads)
+        result = result if isinstance(result, tuple) else (result,)
+        if any(extra is not None for extra in result[inputs:]):
+            raise RuntimeError(f"{backward.__func__.__qualname__} returned gradients beyond its {inputs} inputs")
+        return result[:inputs]
+
+    return staticmethod(backward_per_input)
 
 
 def causal_conv_padded_left(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from typing import Any
 
 import pytest
 import torch
@@ -227,3 +228,152 @@ def test_blt_hashes_in_ort_are_torch_hashes_only_rewritten(rewritten: bool, monk
     loss.backward()
     assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
     assert torch.equal(hashes, expected) == rewritten  # ORT's int64 Pow: every hash differs
+
+
+cpmant = pytest.importorskip("transformers.models.cpmant.modeling_cpmant")
+
+
+class MaskedLikeCpmAnt(torch.nn.Module):
+    """Scores masked with CPM-Ant's attention mask, built as its model builds it (an int64 `context` of ones)."""
+
+    prompt_length = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq_len = x.shape
+        ids = torch.zeros(batch, seq_len, dtype=torch.long)
+        context, span = torch.ones_like(ids), torch.zeros_like(ids)
+        length = torch.arange(batch) + 3
+        mask = cpmant.CpmAntModel._prepare_attention_mask(self, ids, span, context, length)
+        scores = self.linear(x)[:, None, :].expand(batch, seq_len, seq_len)
+        return scores.masked_fill(mask == torch.tensor(False), 0.0).square().sum()
+
+
+def test_cpmants_mask_from_bools_is_true_where_its_int_mask_is_nonzero() -> None:
+    model, ids = MaskedLikeCpmAnt(), torch.randint(0, 9, (3, 7))
+    context, span, length = torch.ones_like(ids), torch.randint(0, 2, (3, 7)), torch.tensor([2, 4, 5])
+    expected = cpmant.CpmAntModel._prepare_attention_mask(model, ids, span, context, length)
+    assert expected.dtype == torch.int64, "transformers' mask is no int mask: the rewrite is not needed"
+    prepare = export_rewrites.mask_from_bool_context(cpmant.CpmAntModel._prepare_attention_mask)
+    torch.testing.assert_close(prepare(model, ids, span, context, length), expected != 0)
+
+
+@pytest.mark.parametrize("rewritten", [False, True])
+def test_cpmants_mask_exports_only_from_bools(monkeypatch: pytest.MonkeyPatch, rewritten: bool) -> None:
+    ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    if rewritten:  # what the patch does while ORTModule exports a ZeRO-3 CPM-Ant
+        prepare = export_rewrites.mask_from_bool_context(cpmant.CpmAntModel._prepare_attention_mask)
+        monkeypatch.setattr(cpmant.CpmAntModel, "_prepare_attention_mask", prepare)
+    torch.manual_seed(0)
+    model, x = MaskedLikeCpmAnt(), torch.randn(4, 8)
+    reference = MaskedLikeCpmAnt()
+    reference.load_state_dict(model.state_dict())
+    expected = reference(x)
+    expected.backward()
+    in_ort = ortmodule.ORTModule(model)
+    if not rewritten:
+        with pytest.raises(Exception, match="bitwise OR"):  # noqa: PT011 - the exporter's SymbolicValueError
+            in_ort(x)
+        return
+    loss = in_ort(x)
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
+
+
+falcon_h1 = pytest.importorskip("transformers.models.falcon_h1.modeling_falcon_h1")
+
+
+def test_falcon_h1s_causal_conv_is_rewritten_with_the_same_values() -> None:
+    """Falcon-H1's mixer runs its own copy of `causal_conv1d_fn`; without the rewrite its export lost a PythonOp's
+    context in ORT's CPU backward (ORT 1.19.2's arena, as for the linear-attention types)."""
+    from transformers import FalconH1Config
+
+    config = FalconH1Config(hidden_size=32, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8)
+    mixer = falcon_h1.FalconH1Mixer(config, layer_idx=0)
+    group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == falcon_h1.__name__)
+    assert export_rewrites.groups_for(torch.nn.Sequential(mixer)) == [group]
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(2, 6, 9), torch.randn(6, 4), torch.randn(6)
+    expected = falcon_h1.causal_conv1d_fn(x, weight, bias, activation="silu")
+    torch.testing.assert_close(export_rewrites.causal_conv_padded_left(x, weight, bias, activation="silu"), expected)
+
+
+def _doubled(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x * scale * 2
+
+
+def _doubled_backward_with_extra_none(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    return grad * 2, None, None
+
+
+class ExtraNone(torch.autograd.Function):
+    """Doubles its input; its backward returns a trailing None beyond its inputs, as Reformer's
+    `_ReversibleFunction` does (PyTorch drops it)."""
+
+    forward = staticmethod(_doubled)
+    backward = staticmethod(_doubled_backward_with_extra_none)
+
+
+class ExtraNoneRewritten(torch.autograd.Function):
+    """The same Function under another name: ORT keeps the first backward registered under a name per process."""
+
+    forward = staticmethod(_doubled)
+    backward = staticmethod(_doubled_backward_with_extra_none)
+
+
+class ThroughExtraNone(torch.nn.Module):
+    def __init__(self, function: type[torch.autograd.Function]) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.function = function
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.function.apply(self.linear(x), 1.0).square().mean()
+
+
+@pytest.mark.parametrize("rewritten", [False, True])
+def test_a_backward_with_a_trailing_none_trains_only_with_one_gradient_per_input(
+    enabled: None, monkeypatch: pytest.MonkeyPatch, rewritten: bool
+) -> None:
+    """ORT keeps the backward the exporter registered: exported with the rewrite, it runs the rewritten one."""
+    ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+    function = ExtraNoneRewritten if rewritten else ExtraNone
+    if rewritten:  # what the patch does while ORTModule exports a ZeRO-3 Reformer
+        backward = export_rewrites.one_gradient_per_input(vars(ExtraNone)["backward"], ExtraNone.forward)
+        monkeypatch.setattr(function, "backward", backward)
+    torch.manual_seed(0)
+    model, reference, x = ThroughExtraNone(function), ThroughExtraNone(function), torch.randn(4, 8)
+    reference.load_state_dict(model.state_dict())
+    expected = reference(x)
+    expected.backward()
+    in_ort = ortmodule.ORTModule(model)
+    loss = in_ort(x)
+    if not rewritten:
+        with pytest.raises(Exception, match="sizes not expected"):  # noqa: PT011 - ORT's PythonOpGrad
+            loss.backward()
+        return
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
+
+
+def test_one_gradient_per_input_refuses_a_gradient_beyond_the_inputs() -> None:
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return grad, grad
+
+    backward = export_rewrites.one_gradient_per_input(vars(Wrong)["backward"], Wrong.forward)
+    with pytest.raises(RuntimeError, match="beyond its 1 inputs"):
+        backward.__func__(None, torch.ones(2))
