@@ -2,7 +2,8 @@
 
 Read: a model config's `_attn_implementation` (which attention a built model runs: transformers keeps no public
 name for it). Called: the Trainer's `_save_rng_state` (each rank's last file of a checkpoint), which ORTZeroTrainer
-extends.
+extends; a model class's `_from_config` (what `AutoModelForCausalLM.from_config` calls: under ZeRO-3 it builds the
+model in `zero.Init`), for a causal LM whose config the auto mapping does not list (MusicGen's decoder).
 """
 
 from __future__ import annotations
@@ -18,3 +19,8 @@ def attention_implementation(model: Any) -> str | None:
 def save_rng_state(trainer_class: type, trainer: Any, output_dir: str) -> None:
     """What `trainer_class`'s bases do in `Trainer._save_rng_state` (each rank writes its RNG states)."""
     super(trainer_class, trainer)._save_rng_state(output_dir)
+
+
+def model_from_config(model_class: Any, config: Any, **options: Any) -> Any:
+    """`model_class` built from `config` as `AutoModelForCausalLM.from_config` builds the classes it maps."""
+    return model_class._from_config(config, **options)
