@@ -26,6 +26,29 @@ def model_config(args: argparse.Namespace) -> Any:
     return config
 
 
+def causal_lm_from_config(config: Any, **options: Any) -> torch.nn.Module:
+    """`AutoModelForCausalLM.from_config`, which builds the causal LM class from the whole config or from its
+    `text_config` where the class takes that; here also from another part of it that the class takes: MusicGen's
+    causal LM is its decoder, built from `config.decoder` (the auto class hands it the whole config)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from ort_zero.foreign.transformers import model_from_config
+
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)] if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING else None
+    sub_configs = getattr(config, "sub_configs", {})
+    if (
+        model_class is not None
+        and not isinstance(config, model_class.config_class)
+        and sub_configs.get("text_config") != model_class.config_class  # the auto class's own case
+    ):
+        parts = (getattr(config, name, None) for name in sub_configs)
+        part = next((part for part in parts if isinstance(part, model_class.config_class)), None)
+        if part is not None:
+            return model_from_config(model_class, part, **options)
+    return AutoModelForCausalLM.from_config(config, **options)  # also transformers' error for what it cannot build
+
+
 def small_sizes(args: argparse.Namespace) -> dict[str, Any]:
     hidden, head_dim = args.hidden_size, args.hidden_size // args.heads
     return {

@@ -3,7 +3,8 @@
 Read: a model config's `_attn_implementation` (which attention a built model runs: transformers keeps no public
 name for it). Called: the Trainer's `_save_rng_state` (each rank's last file of a checkpoint), which ORTZeroTrainer
 extends. Reformer's private autograd Function `_ReversibleFunction` (its forward's inputs: the export rewrite of its
-backward).
+backward); a model class's `_from_config` (what `AutoModelForCausalLM.from_config` calls: under ZeRO-3 it builds the
+model in `zero.Init`), for a causal LM whose config the auto mapping does not list (MusicGen's decoder).
 """
 
 from __future__ import annotations
@@ -26,3 +27,8 @@ def reformer_reversible_forward() -> Any:
     from transformers.models.reformer import modeling_reformer
 
     return modeling_reformer._ReversibleFunction.forward
+
+
+def model_from_config(model_class: Any, config: Any, **options: Any) -> Any:
+    """`model_class` built from `config` as `AutoModelForCausalLM.from_config` builds the classes it maps."""
+    return model_class._from_config(config, **options)

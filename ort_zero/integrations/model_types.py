@@ -32,7 +32,6 @@ UNSUPPORTED: dict[str, str] = {
     "falcon_mamba": _LOSSES.format("2.1e-3"),
     "hrm_text": _LOSSES.format("7e-5"),
     "inkling_text": _LOSSES.format("6.2e-5"),
-    "lfm3": _LOSSES.format("4.4e-4; a plain ORTModule without ZeRO also gives other gradients"),
     "mamba": _LOSSES.format("6.2e-5"),
     "recurrent_gemma": _LOSSES.format("6e-3"),
 }

@@ -83,6 +83,20 @@ CAUSAL_CONVS = tuple(
         ("falcon_h1", ("falcon_h1",)),
     )
 )
+_SHORT_CONV_REASON = (
+    "the LFM short convolution (a depthwise Conv1d padded by kernel - 1 on both sides, then the first seq_len "
+    "outputs, in causal_conv1d_fn's PyTorch fallback) exported as Conv(pads) then Slice: where the graph also "
+    "computes its input's gradient, ORT 1.19.2's CPU backward reads a wrong value for the activation the next "
+    "projection saved (the out_proj weight's gradient differs, forward and input gradients agree; a lone "
+    "Linear, Conv, Slice, Linear reproduces it at some sizes): while they are exported the input is padded on the "
+    "left only and convolved without padding (the same values), as for the linear attention's"
+)
+SHORT_CONVS = tuple(
+    ModelRewrite(
+        f"export_{name}_short_conv", f"transformers.models.{name}.modeling_{name}", (name,), _SHORT_CONV_REASON
+    )
+    for name in ("lfm2", "lfm2_moe", "lfm3")
+)
 DBRX = ModelRewrite(
     "export_dbrx",
     "transformers.models.dbrx.modeling_dbrx",
@@ -134,7 +148,9 @@ BLT = ModelRewrite(
     "differed, so every hash embedding row read was another. While it is exported the powers are computed at "
     "export time, wrapped as torch wraps them, and the graph gets them as a constant",
 )
-REWRITES = (LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, *CAUSAL_CONVS, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT)
+REWRITES = (
+    LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, *CAUSAL_CONVS, *SHORT_CONVS, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT,
+)  # fmt: skip
 
 
 def groups_for(module: torch.nn.Module) -> list[str]:

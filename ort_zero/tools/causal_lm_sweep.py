@@ -63,25 +63,34 @@ def _ds_config() -> dict[str, Any]:
     }
 
 
-def _batches(steps: int, seq_len: int = 32) -> list[dict[str, Any]]:
+def _batches(steps: int, seq_len: int = 32, codebooks: int | None = None) -> list[dict[str, Any]]:
+    """Token batches of 2 sequences, labels the inputs (the model shifts them). A model over `codebooks` parallel
+    token streams (MusicGen's decoder: `config.num_codebooks`) takes the streams of each sequence as rows of
+    input_ids, (batch * codebooks, seq), and labels per position and codebook, (batch, seq, codebooks)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
     batches = []
     for _ in range(steps):
-        ids = torch.randint(3, 256, (2, seq_len), generator=generator)
-        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()})
+        if codebooks:
+            codes = torch.randint(3, 256, (2, codebooks, seq_len), generator=generator)
+            ids, labels = codes.reshape(-1, seq_len), codes.transpose(1, 2).clone()
+            mask = torch.ones(2, seq_len, dtype=torch.long)
+        else:
+            ids = torch.randint(3, 256, (2, seq_len), generator=generator)
+            labels, mask = ids.clone(), torch.ones_like(ids)
+        batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
     return batches
 
 
 def _train(model_type: str, attn: str, steps: int, in_ort: bool) -> tuple[list[float], dict[str, Any]]:
     """Per-step losses of one tiny model of `model_type`, native ZeRO-3 or ORT-ZeRO3, and ORT's run record."""
     import deepspeed
-    from transformers import AutoModelForCausalLM, set_seed
+    from transformers import set_seed
     from transformers.integrations import HfDeepSpeedConfig
 
     from ort_zero import api
-    from ort_zero.examples.hf_models import model_config
+    from ort_zero.examples.hf_models import causal_lm_from_config, model_config
     from ort_zero.foreign.transformers import attention_implementation
 
     sizes = argparse.Namespace(model_type=model_type, hidden_size=32, layers=2, heads=4, seq_len=32)
@@ -93,17 +102,18 @@ def _train(model_type: str, attn: str, steps: int, in_ort: bool) -> tuple[list[f
     config = _ds_config()
     zero3 = HfDeepSpeedConfig(config)  # noqa: F841 - while it lives, from_config builds under zero.Init as the Trainer's
     implementation = None if attn == "default" else attn
-    model = AutoModelForCausalLM.from_config(
+    model = causal_lm_from_config(
         model_config(sizes), attn_implementation=implementation, experts_implementation="batched_mm"
     )
     used = attention_implementation(model)
+    codebooks = getattr(model.config, "num_codebooks", None)
     if in_ort:
         from onnxruntime.training.ortmodule import ORTModule
 
         model = ORTModule(model)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     losses = []
-    for batch in _batches(steps):
+    for batch in _batches(steps, codebooks=codebooks):
         loss = engine(**batch).loss
         engine.backward(loss)
         engine.step()

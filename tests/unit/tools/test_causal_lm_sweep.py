@@ -1,12 +1,16 @@
-"""The sweep's verdict per type: what counts as training in ORT, and what is native's failure, not ORT's."""
+"""The sweep's verdict per type (what counts as training in ORT, and what is native's failure, not ORT's), and
+the batches it gives each type: shaped as the model's forward takes them."""
 
 from __future__ import annotations
 
+import argparse
 import math
 from typing import Any
 
 import pytest
+import torch
 
+from ort_zero.examples.hf_models import causal_lm_from_config, model_config
 from ort_zero.tools import causal_lm_sweep
 
 RAN_IN_ORT = {
@@ -46,3 +50,33 @@ def test_not_in_ort_when_no_bridge_ran(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(causal_lm_sweep, "_train", train)
     assert causal_lm_sweep._sweep_one("gpt2", "default", 1)["status"] == "not in ORT"
+
+
+def test_text_batches_are_sequences_labelled_by_themselves() -> None:
+    (batch,) = causal_lm_sweep._batches(1, seq_len=8)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == batch["labels"].shape == (2, 8)
+    assert torch.equal(batch["labels"], batch["input_ids"])
+
+
+def test_codebook_batches_are_shaped_as_the_model_takes_them() -> None:
+    """A model over parallel codebooks (MusicGen's decoder) takes input_ids (batch * codebooks, seq) and labels
+    (batch, seq, codebooks): the label of sequence b, position t, codebook k is row b * codebooks + k's token t."""
+    (batch,) = causal_lm_sweep._batches(1, seq_len=8, codebooks=4)
+    ids, labels = batch["input_ids"], batch["labels"]
+    assert ids.shape == (8, 8) and labels.shape == (2, 8, 4) and batch["attention_mask"].shape == (2, 8)
+    for b, t, k in ((0, 0, 0), (1, 5, 3), (1, 7, 2)):
+        assert labels[b, t, k] == ids[b * 4 + k, t]
+
+
+@pytest.mark.parametrize("model_type", ["musicgen", "musicgen_melody"])
+def test_the_sweep_builds_musicgen_from_its_decoder_config_and_it_trains_a_step(model_type: str) -> None:
+    """`AutoModelForCausalLM.from_config` hands MusicGen's causal LM the whole config (it reads the decoder's): built
+    from the decoder part, small, it takes the sweep's codebook batches and gives a finite loss."""
+    sizes = argparse.Namespace(model_type=model_type, hidden_size=32, layers=2, heads=4, seq_len=32)
+    torch.manual_seed(0)
+    model = causal_lm_from_config(model_config(sizes))
+    assert sum(p.numel() for p in model.parameters()) < 200_000
+    (batch,) = causal_lm_sweep._batches(1, codebooks=model.config.num_codebooks)
+    loss = model(**batch).loss
+    loss.backward()
+    assert math.isfinite(loss.item())
