@@ -8,10 +8,6 @@ run that silently diverges from PyTorch is worse than one that stops.
 
 from __future__ import annotations
 
-_QWEN4 = (
-    "ORT crashes in the backward (a segmentation fault, no message; past ORT's symbolic shape inference since "
-    "ort_zero exports unflatten its own way); one run without the native run first trained with native's losses"
-)
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
 _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
@@ -19,12 +15,6 @@ UNSUPPORTED: dict[str, str] = {
     "falcon_h1": "ORT fails in a PythonOp's backward on its Mamba-2 mixer",
     "mamba2": _LOSSES.format("2e-5"),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
-    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
-    **dict.fromkeys(
-        ("qwen3_5_moe", "qwen3_5_moe_text"),
-        "ORT crashes in the backward in some processes (a segmentation fault; it depends on PYTHONHASHSEED) and "
-        "trains with losses from native's to 1.4e-5 off them in others",
-    ),
     "phimoe": "ORT's symbolic shape inference fails on its exported graph (int(inf) in a Cast); its router's sampling "
     "runs in PyTorch",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
