@@ -7,6 +7,7 @@ malloc checks where the system has them."""
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -91,7 +92,14 @@ def _child(script: str, *args: str) -> subprocess.CompletedProcess:
     if MALLOC_DEBUG.exists():
         env.update(MALLOC_CHECK_="3", LD_PRELOAD=str(MALLOC_DEBUG))
     command = [sys.executable, "-c", script, *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=600, check=False, preexec_fn=_no_core_file
+    )
+
+
+def _no_core_file() -> None:
+    """The children that abort on the overrun leave no core file behind."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def test_ort_conv_grad_overruns_dx_of_a_grouped_one_axis_conv_only() -> None:
