@@ -18,7 +18,6 @@ UNSUPPORTED: dict[str, str] = {
     "phimoe": "ORT's symbolic shape inference fails on its exported graph (int(inf) in a Cast); its router's sampling "
     "runs in PyTorch",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
-    "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
     "blt": "torch's exporter cannot write its scatter_reduce with include_self=False (the patch embeddings)",
