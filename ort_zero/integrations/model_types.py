@@ -25,8 +25,6 @@ UNSUPPORTED: dict[str, str] = {
     "batch's routing (ORT's Split fails once it changes)",
     "xlnet": "ORT has no gradient for Einsum (its relative attention)",
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
-    "bailing_hybrid": _LOSSES.format("8e-5"),
-    "kimi_linear": _LOSSES.format("1.3e-4"),
     "falcon_mamba": _LOSSES.format("2.1e-3"),
     "hrm_text": _LOSSES.format("7e-5"),
     "inkling_text": _LOSSES.format("6.2e-5"),
