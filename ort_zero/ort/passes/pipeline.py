@@ -2,6 +2,7 @@
 
 export (ORTModule's post-export processing, per export):
     same_type_casts       identity Casts whose output one node reads twice go (ORT's cast propagation fails on them)
+    grouped_conv_1d       grouped one-axis Convs become two-axis Convs (ORT's ConvGrad overruns dX on them)
     custom_gradients      no node sets an attribute the gradient ort_zero registered for its op does not handle
     zero3_params          ZeRO-3 parameters leave the graph inputs; pre-forward bridges provide them
     mem_efficient_grads   other trainable parameters get a PythonOp that hands their gradient to PyTorch
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from . import (
     backward_gather,
     custom_gradients,
+    grouped_conv_1d,
     mem_efficient_grads,
     passthrough_buffers,
     recompute,
@@ -28,6 +30,7 @@ from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
 
 EXPORT_PASSES: tuple[GraphPass, ...] = (
     same_type_casts.PASS,
+    grouped_conv_1d.PASS,
     custom_gradients.PASS,
     zero3_params.PASS,
     mem_efficient_grads.PASS,
