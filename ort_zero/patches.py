@@ -306,12 +306,6 @@ _transformers(
     f"{_REFORMER.modeling_module}:_ReversibleFunction", "backward", _REFORMER.reason, _reformer_backward,
 )  # fmt: skip
 
-for _rewrite in (*export_rewrites.CAUSAL_CONVS, *export_rewrites.SHORT_CONVS):
-    _transformers(
-        _rewrite.group, f"transformers.{_rewrite.model_types[0]}_causal_conv_in_export", _rewrite.modeling_module,
-        "causal_conv1d_fn", _rewrite.reason, lambda replaced: export_rewrites.causal_conv_padded_left,
-    )  # fmt: skip
-
 _ER = export_rewrites
 for _name, _rewrite, _class, _replacement in [
     ("dbrx_experts", _ER.DBRX, "DbrxExperts", _ER.dbrx_experts_batched),

@@ -61,42 +61,6 @@ REFORMER = ModelRewrite(
     "PythonOpGrad stops the backward (outputs sizes 11 vs 12). ORT takes the backward the exporter registers: "
     "while the model is exported it is one that returns one gradient per input",
 )
-_CAUSAL_CONV_REASON = (
-    "transformers' causal convolution (causal_conv1d_fn's PyTorch fallback in the linear attention: a depthwise "
-    "Conv1d padded by kernel - 1 on both sides, of which the first seq_len outputs are kept) exported as "
-    "Conv(pads) then Slice makes ORT 1.19.2's CPU backward corrupt its memory arena in these models' graphs "
-    "(BFCArena FreeAndMaybeCoalesce, or a PythonOp's context lost; not reproduced on a lone Conv and Slice): while "
-    "they are exported the input is padded on the left only and convolved without padding (the same values)"
-)
-CAUSAL_CONVS = tuple(
-    ModelRewrite(
-        f"export_{name}_causal_conv", f"transformers.models.{name}.modeling_{name}", types, _CAUSAL_CONV_REASON
-    )
-    for name, types in (
-        ("qwen3_5", ("qwen3_5", "qwen3_5_text")),
-        ("qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text")),
-        ("qwen3_next", ("qwen3_next",)),
-        ("qwen4_exp", ("qwen4_exp", "qwen4_exp_text")),
-        ("kimi_linear", ("kimi_linear",)),
-        ("bailing_hybrid", ("bailing_hybrid",)),
-        ("inkling2", ("inkling2_text",)),
-        ("falcon_h1", ("falcon_h1",)),
-    )
-)
-_SHORT_CONV_REASON = (
-    "the LFM short convolution (a depthwise Conv1d padded by kernel - 1 on both sides, then the first seq_len "
-    "outputs, in causal_conv1d_fn's PyTorch fallback) exported as Conv(pads) then Slice: where the graph also "
-    "computes its input's gradient, ORT 1.19.2's CPU backward reads a wrong value for the activation the next "
-    "projection saved (the out_proj weight's gradient differs, forward and input gradients agree; a lone "
-    "Linear, Conv, Slice, Linear reproduces it at some sizes): while they are exported the input is padded on the "
-    "left only and convolved without padding (the same values), as for the linear attention's"
-)
-SHORT_CONVS = tuple(
-    ModelRewrite(
-        f"export_{name}_short_conv", f"transformers.models.{name}.modeling_{name}", (name,), _SHORT_CONV_REASON
-    )
-    for name in ("lfm2", "lfm2_moe", "lfm3")
-)
 DBRX = ModelRewrite(
     "export_dbrx",
     "transformers.models.dbrx.modeling_dbrx",
@@ -149,7 +113,7 @@ BLT = ModelRewrite(
     "export time, wrapped as torch wraps them, and the graph gets them as a constant",
 )
 REWRITES = (
-    LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, *CAUSAL_CONVS, *SHORT_CONVS, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT,
+    LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT,
 )  # fmt: skip
 
 
@@ -241,26 +205,6 @@ def one_gradient_per_input(backward: staticmethod, forward: Callable[..., Any]) 
         return result[:inputs]
 
     return staticmethod(backward_per_input)
-
-
-def causal_conv_padded_left(
-    hidden_states: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    activation: str | None = None,
-    **kwargs: Any,
-) -> torch.Tensor:
-    """`causal_conv1d_fn` (transformers' PyTorch fallback) with the input padded on the left by kernel - 1 and a
-    Conv1d without padding: output t sees inputs t - kernel + 1 .. t, as the both-sides-padded conv's first seq_len
-    outputs do. Depthwise (one filter per channel, `weight` of shape (channels, kernel)), then the activation."""
-    from transformers.activations import ACT2FN
-
-    kernel = weight.shape[-1]
-    padded = torch.nn.functional.pad(hidden_states.to(weight.dtype), (kernel - 1, 0))
-    out = torch.nn.functional.conv1d(padded, weight.unsqueeze(1), bias, groups=hidden_states.shape[1])
-    if activation is not None:
-        out = ACT2FN[activation](out)
-    return out.to(hidden_states.dtype)
 
 
 def dbrx_experts_batched(

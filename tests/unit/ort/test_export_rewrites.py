@@ -1,8 +1,7 @@
 """Model code rewritten while ort_zero exports it gives transformers' values: Llama 4's and DeepSeek-V2's rotary
-embeddings in real arithmetic (in place of complex numbers), the left-padded causal convolution of the linear-attention
-models, a scattered Python bool traced as an int (torch's exporter asserts on the bool), PhiMoE's multiplier Function
-with zeros for its None gradients, BLT's hash with its prime powers computed at export; each model rewrite applies to
-the models built from its modeling file only."""
+embeddings in real arithmetic (in place of complex numbers), a scattered Python bool traced as an int (torch's
+exporter asserts on the bool), PhiMoE's multiplier Function with zeros for its None gradients, BLT's hash with its
+prime powers computed at export; each model rewrite applies to the models built from its modeling file only."""
 
 from __future__ import annotations
 
@@ -104,37 +103,6 @@ def test_a_scattered_bool_exports_only_as_an_int(monkeypatch: pytest.MonkeyPatch
     loss.backward()
     assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
     torch.testing.assert_close(loss, expected)
-
-
-qwen3_5 = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
-
-
-@pytest.mark.parametrize(("bias", "activation"), [(True, "silu"), (False, "silu"), (False, None)])
-def test_the_left_padded_causal_conv_gives_transformers_values_and_gradients(
-    bias: bool, activation: str | None
-) -> None:
-    torch.manual_seed(0)
-    x = torch.randn(2, 6, 9, requires_grad=True)
-    weight = torch.randn(6, 4, requires_grad=True)
-    b = torch.randn(6, requires_grad=True) if bias else None
-    inputs = [t for t in (x, weight, b) if t is not None]
-    expected = qwen3_5.causal_conv1d_fn(x, weight, b, activation=activation)
-    expected_grads = torch.autograd.grad(expected.square().sum(), inputs)
-    got = export_rewrites.causal_conv_padded_left(x, weight, b, activation=activation)
-    grads = torch.autograd.grad(got.square().sum(), inputs)
-    torch.testing.assert_close(got, expected)
-    for grad, want in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(grad, want)
-
-
-def test_the_causal_conv_rewrite_applies_to_its_modeling_files_only() -> None:
-    from transformers import Qwen3_5TextConfig
-
-    config = Qwen3_5TextConfig(hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=2)
-    layer = qwen3_5.Qwen3_5GatedDeltaNet(config, layer_idx=0)
-    qwen3_5_group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == qwen3_5.__name__)
-    assert export_rewrites.groups_for(torch.nn.Sequential(layer)) == [qwen3_5_group]
-    assert len({rewrite.group for rewrite in export_rewrites.CAUSAL_CONVS}) == len(export_rewrites.CAUSAL_CONVS)
 
 
 phimoe = pytest.importorskip("transformers.models.phimoe.modeling_phimoe")
@@ -284,24 +252,6 @@ def test_cpmants_mask_exports_only_from_bools(monkeypatch: pytest.MonkeyPatch, r
     assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
-
-
-falcon_h1 = pytest.importorskip("transformers.models.falcon_h1.modeling_falcon_h1")
-
-
-def test_falcon_h1s_causal_conv_is_rewritten_with_the_same_values() -> None:
-    """Falcon-H1's mixer runs its own copy of `causal_conv1d_fn`; without the rewrite its export lost a PythonOp's
-    context in ORT's CPU backward (ORT 1.19.2's arena, as for the linear-attention types)."""
-    from transformers import FalconH1Config
-
-    config = FalconH1Config(hidden_size=32, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8)
-    mixer = falcon_h1.FalconH1Mixer(config, layer_idx=0)
-    group = next(r.group for r in export_rewrites.CAUSAL_CONVS if r.modeling_module == falcon_h1.__name__)
-    assert export_rewrites.groups_for(torch.nn.Sequential(mixer)) == [group]
-    torch.manual_seed(0)
-    x, weight, bias = torch.randn(2, 6, 9), torch.randn(6, 4), torch.randn(6)
-    expected = falcon_h1.causal_conv1d_fn(x, weight, bias, activation="silu")
-    torch.testing.assert_close(export_rewrites.causal_conv_padded_left(x, weight, bias, activation="silu"), expected)
 
 
 def _doubled(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
