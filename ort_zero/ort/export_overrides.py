@@ -200,7 +200,57 @@ def _unflatten(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
     return unflatten
 
 
+def _grouped_conv1d_as_conv2d(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
+    def convolution(
+        g: Any,
+        input: Any,
+        weight: Any,
+        bias: Any,
+        stride: Any,
+        padding: Any,
+        dilation: Any,
+        transposed: Any,
+        *rest: Any,
+    ) -> Any:
+        # rest: output_padding, groups, benchmark, deterministic, cudnn_enabled[, allow_tf32]
+        def ort_export() -> Any:
+            return ort_symbolic(g, input, weight, bias, stride, padding, dilation, transposed, *rest)
+
+        groups = torch_internals.onnx_constant_int(rest[1], "groups")
+        if (
+            torch_internals.onnx_rank(input) != 3
+            or groups == 1
+            or torch_internals.onnx_constant_int(transposed, "transposed")
+            or torch_internals.onnx_dtype(input) != torch.float32
+        ):
+            return ort_export()
+        (pad,) = torch_internals.onnx_constant_ints(padding, "padding")
+        (step,) = torch_internals.onnx_constant_ints(stride, "stride")
+        (spacing,) = torch_internals.onnx_constant_ints(dilation, "dilation")
+        height = g.op("Constant", value_t=torch.tensor([2], dtype=torch.int64))  # (N, C, L) -> (N, C, 1, L)
+        inputs = [g.op("Unsqueeze", input, height), g.op("Unsqueeze", weight, height)]
+        if not torch_internals.onnx_is_none(bias):
+            inputs.append(bias)
+        convolved = g.op(
+            "Conv", *inputs, group_i=groups, pads_i=[0, pad, 0, pad], strides_i=[1, step], dilations_i=[1, spacing]
+        )
+        return g.op("Squeeze", convolved, height)
+
+    return convolution
+
+
 OVERRIDES: tuple[ExportOverride, ...] = (
+    ExportOverride(
+        "aten::_convolution",
+        ("mamba", "falcon_mamba", "mamba2"),
+        "ORT 1.19.2's CPU ConvGrad of a 1-D convolution with groups > 1 (the Mamba mixers' and the linear "
+        "attention's depthwise causal convolution) zeroes channels x length floats of the input's gradient from each "
+        "group's start (Col2imNd gets the whole image's size, not the group's), far past the gradient's end: it "
+        "overwrites whatever ORT placed after it (wrong gradients, or a corrupted heap with the arena off). Exported "
+        "as the same convolution in 2-D over a height of 1, whose gradient clears one group at a time; other "
+        "convolutions keep ORT's export",
+        _grouped_conv1d_as_conv2d,
+    ),
     ExportOverride(
         "aten::layer_norm",
         ("olmo",),

@@ -46,8 +46,12 @@ CASES = {
 }
 
 
+# overrides whose absence gives wrong values rather than a failure, each tested in a file of its own
+TESTED_ELSEWHERE = {"aten::_convolution": "test_grouped_conv1d.py"}
+
+
 def test_every_override_is_tested_here() -> None:
-    assert {override.op for override in export_overrides.OVERRIDES} == set(CASES)
+    assert {override.op for override in export_overrides.OVERRIDES} == set(CASES) | set(TESTED_ELSEWHERE)
 
 
 @pytest.mark.parametrize("op", CASES)
