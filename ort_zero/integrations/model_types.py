@@ -17,7 +17,6 @@ _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
 UNSUPPORTED: dict[str, str] = {
     "falcon_h1": "ORT fails in a PythonOp's backward on its Mamba-2 mixer",
-    "mamba2": _LOSSES.format("2e-5"),
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
     **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
     **dict.fromkeys(
@@ -38,13 +37,9 @@ UNSUPPORTED: dict[str, str] = {
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
     "bailing_hybrid": _LOSSES.format("8e-5"),
     "kimi_linear": _LOSSES.format("1.3e-4"),
-    "falcon_mamba": _LOSSES.format("2.1e-3"),
     "hrm_text": _LOSSES.format("7e-5"),
-    "inkling_text": _LOSSES.format("6.2e-5"),
     "lfm3": _LOSSES.format("4.4e-4; a plain ORTModule without ZeRO also gives other gradients"),
-    "mamba": _LOSSES.format("6.2e-5"),
     "openai-gpt": "its losses are NaN at a tiny size, natively too (not investigated)",
-    "recurrent_gemma": _LOSSES.format("6e-3"),
     **dict.fromkeys(("deepseek_v4", "olmo_hybrid", "reformer"), _TUPLES),
 }
 
