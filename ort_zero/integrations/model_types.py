@@ -8,26 +8,14 @@ run that silently diverges from PyTorch is worse than one that stops.
 
 from __future__ import annotations
 
-_QWEN4 = (
-    "ORT crashes in the backward (a segmentation fault, no message; past ORT's symbolic shape inference since "
-    "ort_zero exports unflatten its own way); one run without the native run first trained with native's losses"
-)
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
 _TUPLES = "torch's exporter cannot lower its tuples (Couldn't lower all tuples)"
 
 UNSUPPORTED: dict[str, str] = {
-    "falcon_h1": "ORT fails in a PythonOp's backward on its Mamba-2 mixer",
     "longcat_flash": "ORT's symbolic shape inference asserts on a Squeeze in its exported graph",
-    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), _QWEN4),
-    **dict.fromkeys(
-        ("qwen3_5_moe", "qwen3_5_moe_text"),
-        "ORT crashes in the backward in some processes (a segmentation fault; it depends on PYTHONHASHSEED) and "
-        "trains with losses from native's to 1.4e-5 off them in others",
-    ),
     "phimoe": "ORT's symbolic shape inference fails on its exported graph (int(inf) in a Cast); its router's sampling "
     "runs in PyTorch",
     "cpmant": "torch's exporter cannot trace its forward (SymbolicValueError)",
-    "inkling2_text": _LOSSES.format("4e-5 in one process of three"),
     "jetmoe": "its experts split the tokens by sizes computed in Python (expert_size.tolist()), which the export fixes "
     "to the routing of the batch it traces (ORT's Reshape fails once the routing changes)",
     "blt": "torch's exporter cannot write its scatter_reduce with include_self=False (the patch embeddings)",
@@ -35,8 +23,6 @@ UNSUPPORTED: dict[str, str] = {
     "batch's routing (ORT's Split fails once it changes)",
     "xlnet": "ORT has no gradient for Einsum (its relative attention)",
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
-    "bailing_hybrid": _LOSSES.format("8e-5"),
-    "kimi_linear": _LOSSES.format("1.3e-4"),
     "hrm_text": _LOSSES.format("7e-5"),
     "lfm3": _LOSSES.format("4.4e-4; a plain ORTModule without ZeRO also gives other gradients"),
     "openai-gpt": "its losses are NaN at a tiny size, natively too (not investigated)",

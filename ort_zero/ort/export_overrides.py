@@ -242,7 +242,21 @@ def _grouped_conv1d_as_conv2d(ort_symbolic: Callable[..., Any] | None) -> Callab
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::_convolution",
-        ("mamba", "falcon_mamba", "mamba2", "recurrent_gemma", "inkling_text", "kimi_linear", "bailing_hybrid"),
+        (
+            "bailing_hybrid",
+            "falcon_h1",
+            "falcon_mamba",
+            "inkling2_text",
+            "inkling_text",
+            "kimi_linear",
+            "mamba",
+            "mamba2",
+            "qwen3_5_moe",
+            "qwen3_5_moe_text",
+            "qwen4_exp",
+            "qwen4_exp_text",
+            "recurrent_gemma",
+        ),
         "ORT 1.19.2's CPU ConvGrad of a 1-D convolution with groups > 1 (the Mamba mixers' and the linear "
         "attention's depthwise causal convolution) zeroes channels x length floats of the input's gradient from each "
         "group's start (Col2imNd gets the whole image's size, not the group's), far past the gradient's end: it "
