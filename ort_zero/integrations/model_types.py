@@ -23,7 +23,6 @@ UNSUPPORTED: dict[str, str] = {
     "batch's routing (ORT's Split fails once it changes)",
     "xlnet": "ORT has no gradient for Einsum (its relative attention)",
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
-    "hrm_text": _LOSSES.format("7e-5"),
     "lfm3": _LOSSES.format("4.4e-4; a plain ORTModule without ZeRO also gives other gradients"),
     "openai-gpt": "its losses are NaN at a tiny size, natively too (not investigated)",
     **dict.fromkeys(("deepseek_v4", "olmo_hybrid", "reformer"), _TUPLES),
