@@ -335,6 +335,16 @@ _transformers(
     lambda replaced: export_rewrites.rolling_polynomial_hash_with_constant_powers,
 )  # fmt: skip
 
+_HRM_TEXT = export_rewrites.HRM_TEXT
+_torch(
+    _HRM_TEXT.group, "torch.no_grad_counted_in_hrm_text_export", "torch", "no_grad", _HRM_TEXT.reason,
+    export_rewrites.counting_no_grad,
+)  # fmt: skip
+_transformers(
+    _HRM_TEXT.group, "transformers.hrm_text_stack_detached_in_export", f"{_HRM_TEXT.modeling_module}:HrmTextStack",
+    "forward", _HRM_TEXT.reason, export_rewrites.detached_under_model_no_grad,
+)  # fmt: skip
+
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
 _PYTHON_OPS = "export_python_ops"

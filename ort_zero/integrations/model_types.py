@@ -11,16 +11,10 @@ from __future__ import annotations
 _LOSSES = "ORT trains it with losses other than native ZeRO-3's ({}, within 3 steps at a tiny size)"
 
 UNSUPPORTED: dict[str, str] = {
-    "mamba2": _LOSSES.format("2e-5"),
     "phimoe": _LOSSES.format(
         "8.9e-5 at step 3: step 1's gradients match native's; a router mask 6e-5 from its threshold flips"
     ),
     "afmoe": _LOSSES.format("3.9e-3: its router starts at zero and ORT's TopK breaks the ties otherwise"),
-    "falcon_mamba": _LOSSES.format("2.1e-3"),
-    "hrm_text": _LOSSES.format("7e-5"),
-    "inkling_text": _LOSSES.format("6.2e-5"),
-    "mamba": _LOSSES.format("6.2e-5"),
-    "recurrent_gemma": _LOSSES.format("6e-3"),
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -112,8 +113,18 @@ BLT = ModelRewrite(
     "differed, so every hash embedding row read was another. While it is exported the powers are computed at "
     "export time, wrapped as torch wraps them, and the graph gets them as a constant",
 )
+HRM_TEXT = ModelRewrite(
+    "export_hrm_text",
+    "transformers.models.hrm_text.modeling_hrm_text",
+    ("hrm_text",),
+    "HRM runs its first low-level cycles under torch.no_grad() (only the last L_bp_cycles of each high-level cycle "
+    "pass gradients back), and an ONNX graph has no grad mode: ORT differentiated every cycle (other gradients, "
+    "losses 7e-5 off native's within 3 steps). While it is exported, a stack called inside a no_grad the model "
+    "entered returns its output through a Function whose gradient is zero (the cycles before it get none, as in "
+    "PyTorch; ORT still runs their backward, on zeros)",
+)
 REWRITES = (
-    LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT,
+    LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT, HRM_TEXT,
 )  # fmt: skip
 
 
@@ -335,3 +346,52 @@ def rolling_polynomial_hash_with_constant_powers(token_tensor: torch.Tensor, pri
         power = power * prime % 2**64
     weights = torch.tensor(powers, dtype=torch.int64, device=token_tensor.device)
     return torch.sum(token_tensor * weights, dim=-1)
+
+
+class _ModelNoGrad:
+    """How many `torch.no_grad()` blocks transformers' model code is in while it is exported (`counting_no_grad`)."""
+
+    depth = 0
+
+
+def counting_no_grad(replaced: type) -> type:
+    """`torch.no_grad` while a model is exported: the same context, and a block that transformers' code enters (the
+    caller's module) is counted in `_ModelNoGrad`. ORT exports, and runs its output-schema forward, under no_grad
+    blocks of its own, so grad mode cannot tell the model's apart."""
+
+    class no_grad(replaced):  # noqa: N801 - torch's name
+        def __enter__(self) -> None:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            self.counted = caller.startswith("transformers.")
+            super().__enter__()
+            _ModelNoGrad.depth += self.counted
+
+        def __exit__(self, *exc: object) -> None:
+            _ModelNoGrad.depth -= self.counted
+            super().__exit__(*exc)
+
+    return no_grad
+
+
+class ZeroGradient(torch.autograd.Function):
+    """The identity whose gradient is zero: what `detach` means inside an ONNX graph, which has no grad mode (ORT
+    refuses a PythonOp gradient of None for an input it differentiates)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.detach().clone(memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(grad, memory_format=torch.contiguous_format)
+
+
+def detached_under_model_no_grad(replaced: Callable[..., Any]) -> Callable[..., Any]:
+    """A module's `forward` whose output gets no gradient when the model called it inside its own no_grad."""
+
+    @functools.wraps(replaced)
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        output = replaced(self, *args, **kwargs)
+        return ZeroGradient.apply(output) if _ModelNoGrad.depth else output
+
+    return forward

@@ -1,0 +1,86 @@
+"""HRM's no_grad cycles while it is exported (`export_rewrites.HRM_TEXT`): an ONNX graph has no grad mode, so ORT
+differentiated the low-level cycles HRM runs under torch.no_grad(); with the rewrite a stack called inside the
+model's own no_grad passes no gradient back, and ORT's gradients are PyTorch's."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on today's torch)
+from ort_zero.ort import export_rewrites
+from ort_zero.ort.inspection import ort_run_record
+from ort_zero.patching import applied
+
+hrm_text = pytest.importorskip("transformers.models.hrm_text.modeling_hrm_text")
+ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+
+
+class Hrm(torch.nn.Module):
+    """A tiny HRM (one layer per stack, 2 high-level cycles of 3 low-level ones, gradients through the last) on
+    a (2, 8) batch."""
+
+    def __init__(self) -> None:
+        from transformers import HrmTextConfig
+
+        super().__init__()
+        config = HrmTextConfig(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            head_dim=8, H_cycles=2, L_cycles=3, L_bp_cycles=[1],
+        )  # fmt: skip
+        config._attn_implementation = "eager"
+        self.model = hrm_text.HrmTextModel(config)
+        # the output is RMS-normalized (its mean square is 1): weighted, so that the loss depends on it
+        self.register_buffer("weights", torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return (self.model(input_ids=ids).last_hidden_state * self.weights).sum()
+
+
+def _gradients_off(rewritten: bool) -> dict[str, float]:
+    """Each parameter's largest gradient difference between PyTorch and an ORTModule (exported with the rewrite or
+    without), relative to its largest gradient, after one step on the same batch."""
+    torch.manual_seed(0)
+    reference, model = Hrm(), Hrm()
+    model.load_state_dict(reference.state_dict())
+    ids = torch.randint(0, 64, (2, 8))
+    reference(ids).backward()
+    in_ort = ortmodule.ORTModule(model)
+    if rewritten:  # what ort_zero applies while ORTModule exports a ZeRO-3 HRM
+        with applied(export_rewrites.HRM_TEXT.group):
+            loss = in_ort(ids)
+    else:
+        loss = in_ort(ids)
+    loss.backward()
+    assert ort_run_record(in_ort)["training"]["session"], "no ORT session: the model did not run in ORT"
+    return {
+        name: float((got.grad - expected.grad).abs().max() / expected.grad.abs().max())
+        for (name, expected), got in zip(reference.named_parameters(), model.parameters(), strict=True)
+        if expected.grad is not None and expected.grad.abs().max() > 0
+    }
+
+
+def test_hrm_trains_in_ort_with_pytorch_gradients(enabled: None) -> None:
+    off = _gradients_off(rewritten=True)
+    assert max(off.values()) < 1e-4, off
+
+
+def test_without_the_rewrite_ort_differentiates_the_no_grad_cycles(enabled: None) -> None:
+    off = _gradients_off(rewritten=False)
+    assert max(off.values()) > 1e-2, off
+
+
+def test_the_counted_no_grad_is_torch_no_grad_and_counts_the_models_blocks_only() -> None:
+    counted = export_rewrites.counting_no_grad(torch.no_grad)
+    with torch.enable_grad(), counted():  # entered here, not by transformers' code
+        assert not torch.is_grad_enabled()
+        assert export_rewrites._ModelNoGrad.depth == 0
+    model_code = {"__name__": hrm_text.__name__, "counted": counted, "depth": export_rewrites._ModelNoGrad}
+    exec("with counted():\n    inside = depth.depth", model_code)  # noqa: S102 - a block in a transformers module
+    assert model_code["inside"] == 1
+    assert export_rewrites._ModelNoGrad.depth == 0
+    x = torch.randn(3, requires_grad=True)
+    (export_rewrites.ZeroGradient.apply(x * 2) * x).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())  # only the direct use of x: the detached one adds nothing
