@@ -264,86 +264,17 @@ for _method in ("scatter", "scatter_"):
         "torch's TorchScript exporter fails an internal assert (alias analysis) on a scatter of a Python bool (the "
         "DeepSeek-V3.2-style sparse attention's mask): while ORTModule exports a ZeRO-3 model, the bool is scattered "
         "as the int 0 or 1 (the same values in a bool tensor)",
-        export_rewrites.scatter_bool_value_as_int,
+        export_rewrites.int_and_bool_ops.scatter_bool_value_as_int,
     )  # fmt: skip
 
-# Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export_rewrites.py).
-_LLAMA4 = export_rewrites.LLAMA4
-_transformers(
-    _LLAMA4.group, "transformers.llama4_rotary_in_export", f"{_LLAMA4.modeling_module}:Llama4TextRotaryEmbedding",
-    "forward", _LLAMA4.reason, lambda replaced: export_rewrites.rotary_pairs,
-)  # fmt: skip
-_transformers(
-    _LLAMA4.group, "transformers.llama4_apply_rotary_in_export", _LLAMA4.modeling_module, "apply_rotary_emb",
-    _LLAMA4.reason, lambda replaced: export_rewrites.llama4_rotate_pairs,
-)  # fmt: skip
-_DEEPSEEK_V2 = export_rewrites.DEEPSEEK_V2
-_transformers(
-    _DEEPSEEK_V2.group, "transformers.deepseek_v2_rotary_in_export",
-    f"{_DEEPSEEK_V2.modeling_module}:DeepseekV2RotaryEmbedding", "forward", _DEEPSEEK_V2.reason,
-    lambda replaced: export_rewrites.rotary_pairs,
-)  # fmt: skip
-_transformers(
-    _DEEPSEEK_V2.group, "transformers.deepseek_v2_apply_rotary_in_export", _DEEPSEEK_V2.modeling_module,
-    "apply_rotary_emb", _DEEPSEEK_V2.reason, lambda replaced: export_rewrites.deepseek_v2_rotate_pairs,
-)  # fmt: skip
-_CPMANT = export_rewrites.CPMANT
-_transformers(
-    _CPMANT.group, "transformers.cpmant_bool_mask_in_export", f"{_CPMANT.modeling_module}:CpmAntModel",
-    "_prepare_attention_mask", _CPMANT.reason, export_rewrites.mask_from_bool_context,
-)  # fmt: skip
-_REFORMER = export_rewrites.REFORMER
-
-
-def _reformer_backward(replaced: Any) -> Any:
-    from .foreign.transformers import reformer_reversible_forward
-
-    return export_rewrites.one_gradient_per_input(replaced, reformer_reversible_forward())
-
-
-_transformers(
-    _REFORMER.group, "transformers.reformer_reversible_backward_in_export",
-    f"{_REFORMER.modeling_module}:_ReversibleFunction", "backward", _REFORMER.reason, _reformer_backward,
-)  # fmt: skip
-
-_ER = export_rewrites
-for _name, _rewrite, _class, _replacement in [
-    ("dbrx_experts", _ER.DBRX, "DbrxExperts", _ER.dbrx_experts_batched),
-    ("jetmoe_gating", _ER.JETMOE, "JetMoeTopKGating", _ER.jetmoe_gating_experts_of_rows),
-    ("jetmoe_experts", _ER.JETMOE, "JetMoeParallelExperts", _ER.jetmoe_experts_by_row),
-    ("longcat_flash_experts", _ER.LONGCAT_FLASH, "LongcatFlashExperts", _ER.longcat_flash_experts_batched),
-]:  # MoE routing computed in Python, which a trace keeps as constants
-    _transformers(
-        _rewrite.group, f"transformers.{_name}_in_export", f"{_rewrite.modeling_module}:{_class}", "forward",
-        _rewrite.reason, lambda replaced, _replacement=_replacement: _replacement,
-    )  # fmt: skip
-
-_torch(
-    _ER.JETMOE.group, "torch.index_add_in_jetmoe_export", "torch:Tensor", "index_add", _ER.JETMOE.reason,
-    _ER.index_add_by_one_hot,
-)  # fmt: skip
-
-_PHIMOE = export_rewrites.PHIMOE
-_transformers(
-    _PHIMOE.group, "transformers.phimoe_multiplier_in_export", _PHIMOE.modeling_module, "PhimoeMultiplier",
-    _PHIMOE.reason, export_rewrites.phimoe_multiplier,
-)  # fmt: skip
-
-_BLT = export_rewrites.BLT
-_transformers(
-    _BLT.group, "transformers.blt_hash_in_export", _BLT.modeling_module, "rolling_polynomial_hash", _BLT.reason,
-    lambda replaced: export_rewrites.rolling_polynomial_hash_with_constant_powers,
-)  # fmt: skip
-
-_HRM_TEXT = export_rewrites.HRM_TEXT
-_torch(
-    _HRM_TEXT.group, "torch.no_grad_counted_in_hrm_text_export", "torch", "no_grad", _HRM_TEXT.reason,
-    export_rewrites.counting_no_grad,
-)  # fmt: skip
-_transformers(
-    _HRM_TEXT.group, "transformers.hrm_text_stack_detached_in_export", f"{_HRM_TEXT.modeling_module}:HrmTextStack",
-    "forward", _HRM_TEXT.reason, export_rewrites.detached_under_model_no_grad,
-)  # fmt: skip
+# Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export_rewrites/).
+_REGISTERS = {"torch": _torch, "transformers": _transformers}
+for _rewrite in export_rewrites.REWRITES:
+    for _replacement in _rewrite.replacements:
+        _REGISTERS[_replacement.package](
+            _rewrite.group, _replacement.name, _replacement.owner, _replacement.attribute, _rewrite.reason,
+            _replacement.factory,
+        )  # fmt: skip
 
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).

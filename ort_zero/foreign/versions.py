@@ -5,5 +5,5 @@ ORT_VERSIONS = "==1.19.2"
 # What ort_zero builds ORT 1.19.2's torch extensions for (stack/extension_sources.py). Measured: 2.14.1 (pinned);
 # 2.15.0 builds the same sources.
 TORCH_VERSIONS = ">=2.13,<2.16"
-# The transformers release whose model code ort_zero rewrites for export (ort/export_rewrites.py): the one pinned.
+# The transformers release whose model code ort_zero rewrites for export (ort/export_rewrites/): the one pinned.
 TRANSFORMERS_VERSIONS = ">=5.23,<5.24"

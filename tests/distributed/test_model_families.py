@@ -10,7 +10,7 @@ whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3
 ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba
 and Zamba for the parameters their Mamba layers read without calling the module that owns them (`conv1d.weight`:
 registered as external parameters before the export, ort_zero/zero3/external_params.py); Llama 4 needs the rewrite
-of its complex rotary embedding (ort_zero/ort/export_rewrites.py) and the boolean cumsum override; Cohere 2 the
+of its complex rotary embedding (ort_zero/ort/export_rewrites/rotary.py) and the boolean cumsum override; Cohere 2 the
 repeat_interleave override (its interleaved rotary embedding: without it every later dim=-1 of the model is wrong);
 DeepSeek-V3.2 hands a bool attention mask to its sparse-attention indexer, which the bridges carry around them
 (ORT returns a PythonOp's bool outputs as uint8), and scatters a bool into its mask (traced as an int). Qwen3.5's

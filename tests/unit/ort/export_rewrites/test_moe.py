@@ -14,6 +14,7 @@ import torch
 import ort_zero  # noqa: F401  (before ORT: makes ORTModule importable on today's torch)
 from ort_zero.examples.hf_models import model_config
 from ort_zero.ort import export_rewrites
+from ort_zero.ort.export_rewrites import moe
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.patching import applied
 
@@ -128,7 +129,7 @@ def test_index_add_by_one_hot_sums_repeated_indices_as_torch() -> None:
         base_shape = list(shape)
         base_shape[dim] = 3
         base = torch.randn(*base_shape, requires_grad=True)
-        summed = export_rewrites.index_add_by_one_hot(torch.Tensor.index_add)
+        summed = moe.index_add_by_one_hot(torch.Tensor.index_add)
         for alpha in (1, 0.5):
             expected = base.index_add(dim, index, source, alpha=alpha)
             got = summed(base, dim, index, source, alpha=alpha)
