@@ -83,6 +83,15 @@ def _batches(steps: int, seq_len: int = 32, codebooks: int | None = None) -> lis
     return batches
 
 
+def codebooks_of(built_from: Any, model_config: Any) -> int | None:
+    """The parallel codebooks a model's batches carry: only a decoder built from part of a composite config
+    (MusicGen's) takes them; a model over the whole config it was built from takes token batches, even where that
+    config names codebooks (Moshi's, for its audio depth decoder; its causal LM reads text)."""
+    if model_config.model_type == built_from.model_type:
+        return None
+    return getattr(model_config, "num_codebooks", None)
+
+
 def _train(model_type: str, attn: str, steps: int, in_ort: bool) -> tuple[list[float], dict[str, Any]]:
     """Per-step losses of one tiny model of `model_type`, native ZeRO-3 or ORT-ZeRO3, and ORT's run record."""
     import deepspeed
@@ -102,11 +111,10 @@ def _train(model_type: str, attn: str, steps: int, in_ort: bool) -> tuple[list[f
     config = _ds_config()
     zero3 = HfDeepSpeedConfig(config)  # noqa: F841 - while it lives, from_config builds under zero.Init as the Trainer's
     implementation = None if attn == "default" else attn
-    model = causal_lm_from_config(
-        model_config(sizes), attn_implementation=implementation, experts_implementation="batched_mm"
-    )
+    built_from = model_config(sizes)
+    model = causal_lm_from_config(built_from, attn_implementation=implementation, experts_implementation="batched_mm")
     used = attention_implementation(model)
-    codebooks = getattr(model.config, "num_codebooks", None)
+    codebooks = codebooks_of(built_from, model.config)
     if in_ort:
         from onnxruntime.training.ortmodule import ORTModule
 
