@@ -42,7 +42,7 @@ def reformer_one_gradient_per_input(replaced: staticmethod) -> staticmethod:
 
 @functools.cache  # one class per Function: ORT registers a PythonOp's Function by its name at each export
 def with_zero_gradients(
-    function: type[torch.autograd.Function], shaped_like_input: int | None = None
+    function: type[torch.autograd.Function], *, shaped_like_input: int | None = None
 ) -> type[torch.autograd.Function]:
     """An autograd Function that runs `function`'s forward and backward, and returns zeros where `function`'s
     backward returns None for a floating-point input that requires a gradient. ORT gives a PythonOp a gradient
@@ -87,33 +87,20 @@ def phimoe_multiplier(multiplier: type[torch.autograd.Function]) -> type[torch.a
     return with_zero_gradients(multiplier, shaped_like_input=1)
 
 
-def rolling_polynomial_hash_with_constant_powers(token_tensor: torch.Tensor, prime: int = 1000000007) -> torch.Tensor:
-    """transformers' BLT `rolling_polynomial_hash`: sum of token_i * prime**i over the last dimension, in int64 as
-    torch computes it (every product wraps modulo 2**64), with the powers computed here instead of by a Pow in the
-    graph. The group size (the last dimension) is a constant of the export (BLT's unfold window)."""
-    powers, power = [], 1
-    for _ in range(int(token_tensor.shape[-1])):
-        powers.append(power - 2**64 if power >= 2**63 else power)
-        power = power * prime % 2**64
-    weights = torch.tensor(powers, dtype=torch.int64, device=token_tensor.device)
-    return torch.sum(token_tensor * weights, dim=-1)
-
-
 class _ModelNoGrad:
-    """How many `torch.no_grad()` blocks transformers' model code is in while it is exported (`counting_no_grad`)."""
+    """How many `torch.no_grad()` blocks HRM's model code is in while it is exported (`counting_no_grad`)."""
 
     depth = 0
 
 
 def counting_no_grad(replaced: type) -> type:
-    """`torch.no_grad` while a model is exported: the same context, and a block that transformers' code enters (the
+    """`torch.no_grad` while a model is exported: the same context, and a block that HRM's modeling code enters (the
     caller's module) is counted in `_ModelNoGrad`. ORT exports, and runs its output-schema forward, under no_grad
     blocks of its own, so grad mode cannot tell the model's apart."""
 
     class no_grad(replaced):  # noqa: N801 - torch's name
         def __enter__(self) -> None:
-            caller = sys._getframe(1).f_globals.get("__name__", "")
-            self.counted = caller.startswith("transformers.")
+            self.counted = sys._getframe(1).f_globals.get("__name__", "") == _HRM_TEXT  # HRM's own blocks only
             super().__enter__()
             _ModelNoGrad.depth += self.counted
 

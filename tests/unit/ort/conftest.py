@@ -12,7 +12,7 @@ import torch
 import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on today's torch)
 from ort_zero.ort.inspection import ort_run_record
 
-TrainsAsPytorch = Callable[[Callable[[], torch.nn.Module]], None]
+TrainsAsPytorch = Callable[[Callable[[], torch.nn.Module]], dict]
 
 
 @pytest.fixture
@@ -32,10 +32,11 @@ def _train_once(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, 
 @pytest.fixture
 def trains_as_pytorch(enabled: None) -> TrainsAsPytorch:
     """`check(make_model)`: two models from `make_model` with the same weights, one trained a step in PyTorch and
-    one in an ORTModule on the same (4, 8) batch: an ORT session ran, losses and gradients agree."""
+    one in an ORTModule on the same (4, 8) batch: an ORT session ran, losses and gradients agree. Returns ORT's run
+    record of the training graph (which PythonOps it ran)."""
     ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
-    def check(make_model: Callable[[], torch.nn.Module]) -> None:
+    def check(make_model: Callable[[], torch.nn.Module]) -> dict:
         torch.manual_seed(0)
         reference, model = make_model(), make_model()
         model.load_state_dict(reference.state_dict())
@@ -47,5 +48,6 @@ def trains_as_pytorch(enabled: None) -> TrainsAsPytorch:
         torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
         for grad, expected in zip(grads, expected_grads, strict=True):
             torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-6)
+        return ort_run_record(in_ort)["training"]
 
     return check

@@ -15,13 +15,10 @@ from .conftest import TrainsAsPytorch
 
 
 class Noted(torch.autograd.Function):
-    """Returns its two inputs unchanged as a tuple and counts its calls (a side effect, as a bridge's release)."""
-
-    calls = 0
+    """Returns its two inputs unchanged as a tuple (a bridge acts by side effect; nothing reads its outputs)."""
 
     @staticmethod
     def forward(ctx: Any, first: torch.Tensor, second: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        Noted.calls += 1
         return first.detach(), second.detach()
 
     @staticmethod
@@ -51,13 +48,14 @@ def test_an_unread_tuple_of_a_python_op_gets_an_unpack() -> None:
 
 
 def test_a_model_with_an_unread_tuple_trains_as_in_pytorch(
-    trains_as_pytorch: TrainsAsPytorch, monkeypatch: pytest.MonkeyPatch
+    trains_as_pytorch: TrainsAsPytorch,
 ) -> None:
     """Exported with the export-time patches as ORTModule exports a ZeRO-3 model (the model itself needs none)."""
-    monkeypatch.setattr(Noted, "calls", 0)
     with patches.applied("ort_export"):
-        trains_as_pytorch(UnreadPair)
-    assert Noted.calls >= 2, "the Function did not run in ORT's graph"
+        record = trains_as_pytorch(UnreadPair)
+    # What ORT does with it: a PythonOp nothing reads is not in the graph it runs (for a ZeRO-3 bridge: its release
+    # does not run in ORT, the module's parameters stay gathered until its backward releases them)
+    assert record["python_ops"] == []
 
 
 def test_without_the_unpack_the_export_cannot_lower_the_tuple(enabled: None) -> None:

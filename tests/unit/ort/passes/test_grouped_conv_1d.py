@@ -176,3 +176,15 @@ def test_axes_follow_the_opset(opset: int) -> None:
     grouped_conv_1d.run(ExportedGraph(model, torch.nn.Module(), training=True, mem_efficient_grads=False))
     unsqueeze = model.graph.node[0]
     assert (len(unsqueeze.input) == 2) == (opset >= 13)
+
+
+def test_a_grouped_conv_over_three_axes_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """ORT's overrun is the same on a three-axis kernel, which the pass leaves: loud, not silent."""
+    model = _conv_model(group=4, pads=[0, 0])
+    conv = model.graph.node[0]
+    del conv.attribute[:]
+    conv.attribute.extend([helper.make_attribute("group", 4), helper.make_attribute("kernel_shape", [1, 1, 3])])
+    with caplog.at_level("WARNING", logger=grouped_conv_1d.__name__):
+        report = grouped_conv_1d.run(ExportedGraph(model, torch.nn.Module(), training=True, mem_efficient_grads=False))
+    assert report.widened == []
+    assert "grouped Convs over three spatial axes (conv)" in caplog.text
