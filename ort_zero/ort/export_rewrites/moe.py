@@ -112,7 +112,8 @@ JETMOE = ModelRewrite(
     "the gate hands on the expert of each sorted row instead, and each row gathers its expert's weight for one "
     "batched matmul (the same values and gradients). Its tokens are summed back with Tensor.index_add, which torch's "
     "exporter writes as a scatter that keeps one of the rows sent to the same token instead of their sum: while "
-    "JetMoE is exported, index_add sums through a one-hot matrix",
+    "JetMoE is exported, index_add sums through a one-hot matrix (tokens x routed rows: its size and time grow with "
+    "the square of the tokens in a batch)",
     (
         Replacement(
             "transformers.jetmoe_gating_in_export", "transformers", f"{_JETMOE}:JetMoeTopKGating", "forward",
