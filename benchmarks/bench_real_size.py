@@ -3,6 +3,7 @@ Hugging Face causal LM at the sizes people train, side by side in one run.
 
     .venv/bin/python benchmarks/bench_real_size.py                          # ~160M and ~400M, 30 and 10 steps
     .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --steps 30 --png runs/rss.png
+    .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --steps 12 --rounds 4   # step ratio per round
 
 Each size is a LLaMA config from `AutoModelForCausalLM.from_config` (vocab 32000, the default attention
 implementation), AdamW from `ds_configs/zero3_hf_auto.json`, micro-batch 1, seq 128, random token ids, 2 ranks under
@@ -10,8 +11,9 @@ torchrun (OMP_NUM_THREADS=1 each on CPU), everything else as users run it (ORT's
 ordinary Trainer script (`real_size_worker.py`). Per size and rank: the first step (export and session included,
 with ORT's phases), the median step from step 3, the peak RSS, RSS after steps 1, 3 and the last, how far RSS
 moved from step 3 to the last, and the same for the live heap (what malloc handed out and did not get back: a leak
-shows there, glibc keeping freed pages does not); losses and grad norms checked equal. A PNG shows RSS over time
-for both.
+shows there, glibc keeping freed pages does not), the pages faulted in per step (on CPU, memory handed back to the
+OS costs its page faults again when it is used next); losses and grad norms checked equal. A PNG shows RSS over
+time for both. With `--rounds N` the two modes run N times in turn and the step ratio is reported per round.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def summary(rank: dict[str, Any]) -> dict[str, float]:
         "rss_drift_pct": 100 * (rss[-1] - rss[min(2, len(rss) - 1)]) / rss[min(2, len(rss) - 1)],
         "live_last_mib": live[-1],
         "live_drift_pct": 100 * (live[-1] - live[min(2, len(live) - 1)]) / live[min(2, len(live) - 1)],
+        "faults_k": statistics.median(step["minor_faults"] for step in steps[2:]) / 1000,
     }
 
 
@@ -82,6 +85,7 @@ ROWS = [
     ("RSS from step 3 to the last (%)", "rss_drift_pct", "{:+.1f}"),
     ("live heap after the last step (MiB)", "live_last_mib", "{:.0f}"),
     ("live heap from step 3 to the last (%)", "live_drift_pct", "{:+.1f}"),
+    ("pages faulted in per step from step 3 (thousands, median)", "faults_k", "{:.0f}"),
 ]
 
 
@@ -115,6 +119,17 @@ def table(size: str, runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def rounds_line(rounds: list[dict[str, list[dict[str, Any]]]]) -> str:
+    """Median step per round of both modes, rank 0: one run proves little where the machine's speed moves by 10%."""
+    medians = {mode: [summary(runs[mode][0])["median_step_s"] for runs in rounds] for mode in MODES}
+    ratios = [ort / native for native, ort in zip(medians["native"], medians["ort"], strict=True)]
+    return (
+        f"{len(rounds)} rounds, the order swapped every round: median step native "
+        f"{', '.join(f'{s:.2f}' for s in medians['native'])} s, ORT {', '.join(f'{s:.2f}' for s in medians['ort'])} s; "
+        f"ORT / native {', '.join(f'{r:.2f}x' for r in ratios)} (median {statistics.median(ratios):.2f}x)."
+    )
+
+
 def plot(results: dict[str, dict[str, list[dict[str, Any]]]], png: Path) -> None:
     import matplotlib
 
@@ -142,12 +157,21 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_real_size")
     parser.add_argument("--png", type=Path, default=None, help="default <out>/rss.png")
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--rounds", type=int, default=1, help="native and ORT in turn, the order swapped each round")
     args = parser.parse_args()
     results = {}
     for size in args.sizes:
         steps = args.steps or SIZES[size][-1]
-        results[size] = {mode: run_mode(size, mode, steps, args.out / size, args.timeout) for mode in MODES}
-        print(table(size, results[size]), "\n", flush=True)
+        rounds = []
+        for round_index in range(args.rounds):
+            order = MODES if round_index % 2 == 0 else MODES[::-1]
+            out = args.out / size / f"round{round_index + 1}" if args.rounds > 1 else args.out / size
+            rounds.append({mode: run_mode(size, mode, steps, out, args.timeout) for mode in order})
+        results[size] = rounds[0]
+        print(table(size, results[size]), flush=True)
+        if args.rounds > 1:
+            print(rounds_line(rounds), flush=True)
+        print(flush=True)
     png = args.png or args.out / "rss.png"
     plot(results, png)
     print(f"RSS over time: {png}")

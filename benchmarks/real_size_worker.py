@@ -101,11 +101,14 @@ def main() -> None:
             self.steps: list[dict[str, float]] = []
 
         def on_step_begin(self, *_: Any, **__: Any) -> None:
+            self.faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             self.began = time.perf_counter()
 
         def on_step_end(self, *_: Any, **__: Any) -> None:
             seconds, rss = time.perf_counter() - self.began, rss_mib()
-            self.steps.append({"seconds": seconds, "rss_mib": rss, "malloced_mib": malloced_mib()})
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults_before  # pages touched afresh
+            step = {"seconds": seconds, "rss_mib": rss, "malloced_mib": malloced_mib(), "minor_faults": faults}
+            self.steps.append(step)
 
     import deepspeed
 
