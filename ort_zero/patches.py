@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .foreign import deepspeed as ds_internals
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
 from .ort import (
     console,
@@ -188,6 +189,15 @@ for _name, _owner, _attribute, _reason, _factory in [
         "ort_zero runs its own passes and keeps the lists in step.",
         _deferred(lambda: _integration().post_export_process),
     ),
+    *(
+        (
+            f"ort.{check}_as_list", f"{_GTM}:GraphTransitionManager", f"_add_check_{check}",
+            "ORT returns None instead of its hooks when the compute optimizer is off "
+            "(ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0), then iterates over them: every export fails.",
+            _deferred(lambda: _integration().sparsity_hooks_as_list),
+        )
+        for check in ("embedding_sparsity_hook", "label_sparsity_hook")
+    ),
     (
         "ort.loud_fallback", f"{_ORTM}._fallback:_FallbackManager", "fallback",
         "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
@@ -221,24 +231,13 @@ _deepspeed(
 )  # fmt: skip
 
 
-def _plain_linear_in_export(current: Any) -> Any:
-    from deepspeed.runtime.zero.linear import zero3_linear_wrap
-    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses
-
-    return (
-        getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", current)
-        if current is zero3_linear_wrap
-        else current
-    )
-
-
 _deepspeed(
     "ort_export", "deepspeed.memory_efficient_linear_in_export", "torch.nn.functional", "linear",
     "zero.Init leaves F.linear as DeepSpeed's LinearFunctionForZeroStage3, an autograd Function that saves "
     "the weight it is given: traced into an ORT graph it keeps every gathered weight alive until the backward "
     "and runs each Linear in PyTorch through a PythonOp. While ORTModule exports a ZeRO-3 model, F.linear is "
     "torch's own, so Linear layers become ORT's Gemm/MatMul and the backward re-gathers their weights.",
-    _plain_linear_in_export,
+    ds_internals.torch_linear_behind_zero3_wrap,
 )  # fmt: skip
 _torch(
     "ort_export", "torch.onnx_shape_inference_without_stand_ins", "torch._C",

@@ -1,11 +1,12 @@
 """DeepSpeed's internals that ort_zero reads and writes (deepspeed `versions.DEEPSPEED_VERSIONS`).
 
 Read: the parameter coordinator's private `__inflight_param_registry` (prefetches in flight) and `_invalidate_trace`,
-a module's `_external_params`, the accelerator's `_name`, the ZeRO-3 optimizer behind a parameter's gradient hook (a
-closure DeepSpeed registers) and its private `__reduce_and_partition_ipg_grads` (reduce the gradients held in the
-bucket now), and the name of the shared-memory file of its CPU allreduce (`ops/csrc/cpu/comm/shm.cpp`). Written:
-the fields of `DeepSpeedZeRoOffload` that its own `setup_zero_stage3_hooks` sets (ort_zero replaces that method)
-and the module-level `FWD_MODULE_STACK` that DeepSpeed's forward hooks push and pop.
+a module's `_external_params`, the accelerator's `_name`, the F.linear zero.Init set aside (`linear_bk`), the ZeRO-3
+optimizer behind a parameter's gradient hook (a closure DeepSpeed registers) and its private
+`__reduce_and_partition_ipg_grads` (reduce the gradients held in the bucket now), and the name of the shared-memory
+file of its CPU allreduce (`ops/csrc/cpu/comm/shm.cpp`). Written: the fields of `DeepSpeedZeRoOffload` that its own
+`setup_zero_stage3_hooks` sets (ort_zero replaces that method) and the module-level `FWD_MODULE_STACK` that
+DeepSpeed's forward hooks push and pop.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ from typing import Any
 import torch
 
 from . import torch as torch_internals
+
+
+def torch_linear_behind_zero3_wrap(current: Any) -> Any:
+    """torch's own F.linear where zero.Init left DeepSpeed's wrapper in its place (kept as `linear_bk`)."""
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses
+
+    if current is not zero3_linear_wrap:
+        return current
+    return getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", current)
 
 
 def forward_module_stack() -> list[torch.nn.Module]:

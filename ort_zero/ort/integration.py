@@ -165,6 +165,19 @@ def deep_clone_check(original: Callable) -> Callable:
     return can_module_be_deep_cloned
 
 
+def sparsity_hooks_as_list(original: Callable) -> Callable:
+    """ORT's installers of the export-time sparsity checks return None when the optimizer they serve is off, and
+    the export then iterates over what they returned: with ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0 (which turns both
+    optimizers off) every export fails with "'NoneType' object is not iterable". No hooks are an empty list."""
+
+    @functools.wraps(original)
+    def installed_hooks(*args: Any, **kwargs: Any) -> list:
+        hooks = original(*args, **kwargs)
+        return [] if hooks is None else hooks
+
+    return installed_hooks
+
+
 def configure_hooks(original: Callable) -> Callable:
     """ORT's ZeRO-3 hook setup fails at import on DeepSpeed >= 0.14; ort_zero's subscriber does that job."""
 
