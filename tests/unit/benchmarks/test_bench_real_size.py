@@ -1,0 +1,52 @@
+"""benchmarks/bench_real_size.py: one rank's summary (median step and page faults from step 3, RSS drift) and the
+step ratio per round."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    """The benchmark, loaded from its file (benchmarks/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_real_size", BENCHMARKS / "bench_real_size.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rank_record(seconds: list[float], faults: list[int], rss: list[float]) -> dict[str, Any]:
+    steps = [
+        {"seconds": s, "rss_mib": r, "malloced_mib": 100.0, "minor_faults": f, "loss": 1.0, "grad_norm": 1.0}
+        for s, f, r in zip(seconds, faults, rss, strict=True)
+    ]
+    return {"rank": 0, "steps": steps, "peak_rss_mib": max(rss) + 10}
+
+
+def test_a_rank_summary_skips_the_first_two_steps(bench: ModuleType) -> None:
+    record = rank_record([9.0, 5.0, 4.0, 4.4, 4.2], [900_000, 700_000, 500_000, 520_000, 510_000], [1, 2, 100, 90, 102])
+    summary = bench.summary(record)
+    assert summary["first_step_s"] == 9.0
+    assert summary["median_step_s"] == 4.2
+    assert summary["faults_k"] == 510
+    assert summary["rss_drift_pct"] == pytest.approx(2.0)
+
+
+def test_rounds_report_each_rounds_ratio_and_their_median(bench: ModuleType) -> None:
+    def round_of(native: float, ort: float) -> dict[str, list[dict[str, Any]]]:
+        return {
+            mode: [rank_record([9.0, 5.0, s, s, s], [0] * 5, [1.0] * 5)]
+            for mode, s in (("native", native), ("ort", ort))
+        }
+
+    line = bench.rounds_line([round_of(4.0, 4.4), round_of(5.0, 4.5), round_of(4.0, 4.0)])
+    assert "3 rounds" in line
+    assert "1.10x, 0.90x, 1.00x (median 1.00x)" in line
