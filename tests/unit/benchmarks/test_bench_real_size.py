@@ -3,24 +3,18 @@ step ratio per round."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+from .conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
     """The benchmark, loaded from its file (benchmarks/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_real_size", BENCHMARKS / "bench_real_size.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_real_size")
 
 
 def rank_record(seconds: list[float], faults: list[int], rss: list[float]) -> dict[str, Any]:

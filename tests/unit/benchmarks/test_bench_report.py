@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+from .conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def report() -> ModuleType:
     """The benchmark's report module, loaded from its file (benchmarks/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_report", BENCHMARKS / "bench_report.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_report")
 
 
 def rank(step_ms: list[float], peak: float, growth: float, **extra: Any) -> dict[str, Any]:
