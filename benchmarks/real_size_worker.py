@@ -3,8 +3,9 @@
 A LLaMA-shaped causal LM from config (vocab 32000, the attention implementation transformers picks), random token
 ids with an all-ones attention mask, micro-batch 1, AdamW from the project's ZeRO-3 config; `transformers.Trainer`
 (native DeepSpeed ZeRO-3) or `ORTZeroTrainer` (the one line a user changes). Writes `<out>/<mode>-rank<R>.json`: per
-step its wall time, loss, grad norm, the RSS and the live heap at its end; RSS sampled every 50 ms (for the plot); the
-process's peak RSS; under ORT, ORT's first-step phases (export, graph builder, graph build, session creation).
+step its wall time and CPU time (user, system), loss, grad norm, the RSS and the live heap at its end; RSS sampled
+every 50 ms (for the plot); the process's peak RSS; under ORT, ORT's first-step phases (export, graph builder, graph
+build, session creation).
 """
 
 from __future__ import annotations
@@ -101,13 +102,20 @@ def main() -> None:
             self.steps: list[dict[str, float]] = []
 
         def on_step_begin(self, *_: Any, **__: Any) -> None:
-            self.faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            self.usage_before = resource.getrusage(resource.RUSAGE_SELF)
             self.began = time.perf_counter()
 
         def on_step_end(self, *_: Any, **__: Any) -> None:
-            seconds, rss = time.perf_counter() - self.began, rss_mib()
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults_before  # pages touched afresh
-            step = {"seconds": seconds, "rss_mib": rss, "malloced_mib": malloced_mib(), "minor_faults": faults}
+            seconds, rss, usage = time.perf_counter() - self.began, rss_mib(), resource.getrusage(resource.RUSAGE_SELF)
+            before = self.usage_before
+            step = {
+                "seconds": seconds,
+                "user_s": usage.ru_utime - before.ru_utime,  # the process's own work, every thread
+                "sys_s": usage.ru_stime - before.ru_stime,  # the kernel's for it: page faults, collectives' I/O
+                "rss_mib": rss,
+                "malloced_mib": malloced_mib(),
+                "minor_faults": usage.ru_minflt - before.ru_minflt,  # pages touched afresh
+            }
             self.steps.append(step)
 
     import deepspeed
