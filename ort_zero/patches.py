@@ -131,6 +131,22 @@ _deepspeed(
 )  # fmt: skip
 
 
+def _zero3_reduce_scatter(reduce_scatter: Any) -> Any:
+    from .zero3.gloo_reduce_scatter import in_place_on_gloo
+
+    return in_place_on_gloo(reduce_scatter)
+
+
+_deepspeed(
+    "zero3", "deepspeed.reduce_scatter_in_place_on_gloo", "deepspeed.runtime.comm.coalesced_collectives",
+    "_torch_reduce_scatter_fn",
+    "on gloo torch's reduce-scatter copies its whole input first; DeepSpeed's gradient reduce-scatter gives it "
+    "scratch whose own chunk is the output, so an all-reduce in place gives the same values without the copy "
+    "(zero3/gloo_reduce_scatter.py).",
+    _zero3_reduce_scatter,
+)  # fmt: skip
+
+
 def _zero3_save_checkpoint(save_checkpoint: Any) -> Any:
     from .zero3.saving import save_checkpoint_latest_last
 
