@@ -15,6 +15,7 @@ from rank_run import finish, start, write_result
 from ort_zero import patches
 from ort_zero.ort.footprint import return_freed_heap
 
+PAGE = resource.getpagesize()
 BUCKETS = {  # as DeepSpeed's gradient buckets hand them over: one gradient, or several of odd sizes (padded)
     "one gradient": [(3072, 768)],
     "several": [(1000, 3), (2049,), (512, 1024)],
@@ -41,7 +42,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--local_rank", type=int, default=None)
     args = parser.parse_args()
-    rank = start("native")  # the hooks do not matter here: the patch alone is measured, on and off
+    rank = start("native")  # ort_zero's zero3 patches are applied around one of the two calls only
     import deepspeed
 
     deepspeed.init_distributed("gloo")
@@ -55,7 +56,7 @@ def main() -> None:
             in_place, in_place_faults = reduced(shapes, rank)
         result[name] = {
             "equal": all(torch.equal(a, b) for a, b in zip(native, in_place, strict=True)),
-            "input_pages": sum(-(-g.numel() * 4 // 4096) for g in gradients(shapes, rank)),
+            "input_pages": sum(-(-g.numel() * g.element_size() // PAGE) for g in gradients(shapes, rank)),
             "native_faults": native_faults,
             "in_place_faults": in_place_faults,
         }
