@@ -140,9 +140,9 @@ def _zero3_reduce_scatter(reduce_scatter: Any) -> Any:
 _deepspeed(
     "zero3", "deepspeed.reduce_scatter_in_place_on_gloo", "deepspeed.runtime.comm.coalesced_collectives",
     "_torch_reduce_scatter_fn",
-    "on gloo torch's reduce-scatter copies its whole input first; DeepSpeed's gradient reduce-scatter gives it "
-    "scratch whose own chunk is the output, so an all-reduce in place gives the same values without the copy "
-    "(zero3/gloo_reduce_scatter.py).",
+    "on gloo torch's reduce-scatter works on a fresh buffer the size of its whole input, every call; DeepSpeed's "
+    "gradient reduce-scatter gives it scratch whose own chunk is the output, so an all-reduce in place gives the "
+    "same values without that buffer (zero3/gloo_reduce_scatter.py).",
     _zero3_reduce_scatter,
 )  # fmt: skip
 

@@ -22,7 +22,9 @@ def in_place_on_gloo(reduce_scatter: Callable[..., Any]) -> Callable[..., Any]:
     """Wraps DeepSpeed's `_torch_reduce_scatter_fn(input_tensor, output_tensor, group=...)`."""
 
     @functools.wraps(reduce_scatter)
-    def reduce_scatter_fn(input_tensor: torch.Tensor, output_tensor: torch.Tensor, group: Any = None, **kwargs: Any):
+    def reduce_scatter_fn(
+        input_tensor: torch.Tensor, output_tensor: torch.Tensor, group: Any = None, **kwargs: Any
+    ) -> Any:
         if kwargs.get("async_op") or not _own_chunk(input_tensor, output_tensor, group):
             return reduce_scatter(input_tensor, output_tensor, group=group, **kwargs)
         dist.all_reduce(input_tensor, group=group)
