@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from .ort import (
     export_tuples,
     shape_inference,
     torch_compat,
+    torch_kernels,
 )
 from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.patches.*)
     Patch,
@@ -169,6 +171,9 @@ def _during_export(module: Any) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         stack.enter_context(applied("ort_export"))
         stack.enter_context(applied(_PYTHON_OPS))
+        stack.enter_context(applied(_TORCH_KERNELS))
+        if "transformers.integrations.moe" in sys.modules:  # a model of transformers' experts may be exported
+            stack.enter_context(applied(_TORCH_EXPERTS))
         for group in export_rewrites.groups_for(module):
             stack.enter_context(applied(group))
         yield
@@ -296,6 +301,27 @@ for _rewrite in export_rewrites.REWRITES:
 _PYTHON_OPS = "export_python_ops"
 for _op in export_python_ops.PYTHON_OPS:
     _torch(_PYTHON_OPS, _op.name, _op.owner, _op.attribute, _op.reason, _op.replacing)
+
+# Attention and experts as torch's own kernels in PythonOps while a ZeRO-3 model is exported
+# (ort_zero/ort/torch_kernels/: what each saves, and how the layer-wise recompute re-runs them).
+_TORCH_KERNELS = "torch_kernels"
+_torch(
+    _TORCH_KERNELS, "torch.sdpa_as_fused_kernel", "torch.nn.functional", "scaled_dot_product_attention",
+    "torch's exporter writes scaled_dot_product_attention as MatMul + Softmax: ORT then keeps a heads x seq x seq "
+    "probability tensor per layer for the backward (seq^2 memory); run by torch's fused kernel in a PythonOp, only "
+    "its output and log-sum-exp are kept (and nothing, under the layer-wise recompute)",
+    torch_kernels.sdpa_in_torch,
+)  # fmt: skip
+_TORCH_EXPERTS = "torch_kernels_experts"
+_transformers(
+    _TORCH_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",
+    "get_interface",
+    "transformers' experts implementations cannot be exported as they run: grouped_mm (the default) counts tokens "
+    "per expert with torch.histc (no symbolic), eager loops over the routed experts in Python (the trace keeps one "
+    "batch's routing), batched_mm copies every expert's weights per (token, expert) pair (3.7x native's memory at "
+    "87M): the chosen implementation runs in torch in a PythonOp, its backward by torch's autograd",
+    torch_kernels.experts_in_torch,
+)  # fmt: skip
 
 # Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
 _POLICY = "ORT cannot run a checkpoint: under ZeRO-3 it runs directly at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (ort_zero's "

@@ -212,9 +212,7 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, in
     from transformers import AutoModelForCausalLM, set_seed
 
     set_seed(args.seed)
-    # Mixture-of-experts layers as one batched matmul over (token, expert) pairs: the default (grouped_mm) counts
-    # tokens per expert with torch.histc, which ORT's TorchScript export cannot export (docs/huggingface.md).
-    options = {"attn_implementation": args.attn_implementation, "experts_implementation": "batched_mm"}
+    options = {"attn_implementation": args.attn_implementation}
     if args.init_from is not None:  # also under zero.Init: each rank loads only its partitions' values
         model = AutoModelForCausalLM.from_pretrained(args.init_from, **options)
     else:

@@ -6,9 +6,8 @@ writes the Function as a PythonOp (com.microsoft) and ORT calls back into PyTorc
 and the values and gradients are torch's own. Each replacement is a patch in the group `export_python_ops`
 (ort_zero.patches), applied only while a ZeRO-3 model is exported; PyTorch runs keep torch's functions.
 
-ORT hands a PythonOp's tensors over by DLPack and accepts contiguous ones only: outputs and gradients are made
-contiguous (LAPACK's solutions are column-major). Non-tensor arguments (bools, floats) are recorded in the PythonOp's
-attributes by ORT's exporter and given back to the forward as they were.
+The Functions keep torch's own graph for their backward (`kept_graph`). Non-tensor arguments (bools, floats) are
+recorded in the PythonOp's attributes by ORT's exporter and given back to the forward as they were.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 
 from ..hooks.export_mode import is_exporting
+from .kept_graph import backward_through_graph, forward_keeping_graph
 
 
 @dataclass(frozen=True)
@@ -31,33 +31,6 @@ class PythonOpExport:
     reason: str
     # the patch's factory: torch's function -> what the model calls instead while it is exported
     replacing: Callable[[Callable[..., Any]], Callable[..., Any]]
-
-
-def _forward_keeping_graph(ctx: Any, op: Callable[..., torch.Tensor], tensors: tuple[torch.Tensor, ...]) -> Any:
-    """`op(*tensors)` run by torch with autograd on (a Function's forward runs without), its graph kept in `ctx` for
-    the backward when an input wants a gradient: the backward is then torch's own, with nothing computed twice.
-
-    What the graph saves must be its own memory: ORT reuses the buffers of a PythonOp's inputs and outputs once the
-    forward graph is done with them, and copies only the inputs a Function saves with `save_for_backward`. A graph
-    that is kept therefore runs on copies of the inputs and returns a copy of its output."""
-    wanted = ctx.needs_input_grad[: len(tensors)]
-    keep = any(wanted)
-    with torch.enable_grad():
-        inputs = tuple(
-            (t.detach().clone() if keep else t.detach()).requires_grad_(w) for t, w in zip(tensors, wanted, strict=True)
-        )
-        output = op(*inputs)
-    ctx.graph = (inputs, output) if keep else None
-    return output.detach().clone(memory_format=torch.contiguous_format) if keep else output.contiguous()
-
-
-def _backward_through_graph(ctx: Any, grad: torch.Tensor, non_tensors: int) -> tuple[torch.Tensor | None, ...]:
-    """The gradients of the forward's tensor inputs by torch's autograd on the kept graph, None for the rest."""
-    inputs, output = ctx.graph
-    ctx.graph = None
-    wanted = [t for t in inputs if t.requires_grad]
-    grads = iter(torch.autograd.grad(output, wanted, grad))
-    return (*(next(grads).contiguous() if t.requires_grad else None for t in inputs), *([None] * non_tensors))
 
 
 def _broadcast(first: list, second: list) -> list:
@@ -75,11 +48,11 @@ class SolveTriangular(torch.autograd.Function):
         def solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             return torch.ops.aten.linalg_solve_triangular(a, b, upper=upper, left=left, unitriangular=unitriangular)
 
-        return _forward_keeping_graph(ctx, solve, (a, b))
+        return forward_keeping_graph(ctx, solve, (a, b))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _backward_through_graph(ctx, grad, non_tensors=3)
+        return backward_through_graph(ctx, grad, non_tensors=3)
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
@@ -110,11 +83,11 @@ class ScatterReduce(torch.autograd.Function):
         def scatter_reduce(input: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
             return torch.ops.aten.scatter_reduce(input, dim, index, src, reduce, include_self=include_self)
 
-        return _forward_keeping_graph(ctx, scatter_reduce, (input, index, src))
+        return forward_keeping_graph(ctx, scatter_reduce, (input, index, src))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _backward_through_graph(ctx, grad, non_tensors=3)
+        return backward_through_graph(ctx, grad, non_tensors=3)
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:

@@ -112,7 +112,7 @@ def _train(model_type: str, attn: str, steps: int, in_ort: bool) -> tuple[list[f
     zero3 = HfDeepSpeedConfig(config)  # noqa: F841 - while it lives, from_config builds under zero.Init as the Trainer's
     implementation = None if attn == "default" else attn
     built_from = model_config(sizes)
-    model = causal_lm_from_config(built_from, attn_implementation=implementation, experts_implementation="batched_mm")
+    model = causal_lm_from_config(built_from, attn_implementation=implementation)
     used = attention_implementation(model)
     codebooks = codebooks_of(built_from, model.config)
     if in_ort:

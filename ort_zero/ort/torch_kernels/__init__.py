@@ -1,0 +1,18 @@
+"""Computations ORT runs as torch's own kernels, inside its graph, where ONNX ops would cost memory or cannot
+express them: attention (`attention`: torch's fused scaled-dot-product kernel) and mixture-of-experts blocks
+(`experts`: the experts implementation a model picks, grouped matmuls for transformers' default). Each is a
+PythonOp replacement applied while a ZeRO-3 model is exported (ort_zero.patches), and each PythonOp may be run again
+by the layer-wise recompute (`RECOMPUTABLE`): what it keeps for its backward is its kernel's own state, which the
+recompute re-creates in the backward instead of keeping it from the forward.
+"""
+
+from __future__ import annotations
+
+from ...python_op import function_name
+from .attention import ScaledDotProductAttention, sdpa_in_torch
+from .experts import ExpertsInTorch, experts_in_torch
+
+__all__ = ["RECOMPUTABLE", "ExpertsInTorch", "ScaledDotProductAttention", "experts_in_torch", "sdpa_in_torch"]
+
+RECOMPUTABLE = frozenset({function_name(ScaledDotProductAttention), function_name(ExpertsInTorch)})
+"""The PythonOps the layer-wise recompute may copy into the backward (their forward has no side effect)."""

@@ -1,0 +1,106 @@
+"""Attention as torch's fused kernel inside ORT's graph.
+
+torch's exporter writes `F.scaled_dot_product_attention` as MatMul + Softmax, so ORT keeps a heads x seq x seq
+probability tensor per layer for the backward (48 MiB per layer at 12 heads, seq 1024) where torch's fused kernel
+keeps its output and a log-sum-exp per row. While a ZeRO-3 model is exported, `F.scaled_dot_product_attention` (what
+transformers' default `sdpa` attention calls) is replaced by `ScaledDotProductAttention`, which ORT runs as a
+PythonOp: its forward is torch's own call (on CPU the flash kernel, on CUDA whatever torch picks) and its backward
+that kernel's backward, on what the kernel saved. The layer-wise recompute (`ORTMODULE_MEMORY_OPT_LEVEL` 1/2) runs it
+again in the backward (`RECOMPUTABLE`), as it re-runs the rest of a layer. `eager` attention never calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..kept_graph import backward_through_graph, forward_keeping_graph
+
+
+class ScaledDotProductAttention(torch.autograd.Function):
+    """`F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)` run by
+    torch; the mask (None, bool or additive) is read as it is, never differentiated."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        dropout_p: float,
+        is_causal: bool,
+        scale: float | None,
+        enable_gqa: bool,
+    ) -> torch.Tensor:
+        def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *mask: torch.Tensor) -> torch.Tensor:
+            return _torch_attention(
+                query, key, value, mask[0] if mask else None, dropout_p, is_causal, scale, enable_gqa
+            )
+
+        if attn_mask is not None and attn_mask.dtype == torch.uint8:
+            attn_mask = attn_mask.bool()  # ORT hands a bool tensor over DLPack as uint8, which sdpa refuses
+        tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
+        return forward_keeping_graph(ctx, attend, tensors, differentiable=(True, True, True, False)[: len(tensors)])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        grads = backward_through_graph(ctx, grad, non_tensors=4)
+        return grads if len(grads) == 8 else (*grads[:3], None, *grads[3:])
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        """The query's shape with the value's head size."""
+        query, value = shapes[0], shapes[2]
+        if query is None or value is None:
+            return [None], [dtypes[0]]
+        return [list(query[:-1]) + [value[-1]]], [dtypes[0]]
+
+
+def _torch_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> torch.Tensor:
+    """torch's kernel; a call it refuses is an error that says what to pick instead."""
+    try:
+        return torch.ops.aten.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+        )
+    except RuntimeError as error:
+        mask = "no mask" if attn_mask is None else f"a {attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}"
+        raise RuntimeError(
+            f"ort_zero: torch's scaled_dot_product_attention, run by ONNX Runtime as a PythonOp, refused query "
+            f"{tuple(query.shape)} {query.dtype} with {mask} (is_causal={is_causal}): {error}. Load the model with "
+            "attn_implementation='eager' to export attention as ONNX ops instead"
+        ) from error
+
+
+def sdpa_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The patch's factory: `F.scaled_dot_product_attention` as `ScaledDotProductAttention` while a model is exported;
+    calls with arguments it does not take (a nested tensor, a non-float scale) go to torch's function."""
+
+    def scaled_dot_product_attention(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        if query.is_nested or not (scale is None or isinstance(scale, float)):
+            return replaced(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        return ScaledDotProductAttention.apply(
+            query, key, value, attn_mask, float(dropout_p), bool(is_causal), scale, bool(enable_gqa)
+        )
+
+    return scaled_dot_product_attention
