@@ -82,6 +82,7 @@ def small_sizes(args: argparse.Namespace) -> dict[str, Any]:
             "moe_intermediate_size", "shared_expert_intermediate_size", "shared_experts_intermediate_size"),
             2 * hidden),
         **dict.fromkeys(("n_group", "topk_group"), 1),
+        "first_k_dense_replace": 1,  # DeepSeek-V2/V3: experts from the second layer on (otherwise from the fourth)
         "zero_expert_num": 1,  # LongCat: experts that return their input, otherwise 256 of them beside 4 real ones
         "ffn_hidden_size": 4 * hidden,  # DBRX's experts
         "qk_head_dim": 2 * head_dim,  # LongCat: the nope and rope parts, derived from the default sizes otherwise

@@ -4,9 +4,11 @@ losses equal transformers.Trainer's (native DeepSpeed ZeRO-3) within 1e-5, with 
 2 CPU ranks under torchrun. All families run in one launch per attention implementation (scripts/train_families.py,
 the example's own job per family), so the suite pays the start-up once.
 
-Mixture-of-experts families (gpt_oss, deepseek_v3, qwen3_moe, mixtral) run their experts as one batched matmul
-(`experts_implementation="batched_mm"`, as the example builds them): every rank gathers every expert's weights
-whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3's gathers. OLMo is here for
+Mixture-of-experts families (gpt_oss, deepseek_v3, qwen3_moe, mixtral, llama4_text, jamba) run transformers' default
+experts implementation (grouped_mm) in torch inside a PythonOp (ort_zero/ort/torch_kernels/experts.py): every rank
+gathers every expert's weights whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3's
+gathers. sdpa attention runs as torch's fused kernel in a PythonOp (torch_kernels/attention.py); eager attention is
+exported as ONNX ops. OLMo is here for
 ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba
 and Zamba for the parameters their Mamba layers read without calling the module that owns them (`conv1d.weight`:
 registered as external parameters before the export, ort_zero/zero3/external_params.py); Llama 4 needs the rewrite
@@ -39,6 +41,10 @@ DEFAULT_ATTENTION = {"gpt_oss": "eager"}
 STEPS = 4
 TOLERANCE = 1e-5
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
+ATTENTION_KERNEL = "ort_zero.ort.torch_kernels.attention.ScaledDotProductAttention"
+EXPERTS_KERNEL = "ort_zero.ort.torch_kernels.experts.ExpertsInTorch"
+# The families whose experts class uses transformers' experts implementations (`use_experts_implementation`).
+MOE = {"gpt_oss", "deepseek_v3", "qwen3_moe", "mixtral", "llama4_text", "jamba"}
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +73,8 @@ def test_family_trains_in_ort_as_in_pytorch(launches: Callable[[str], dict], fam
     assert not native["hooks"] and ort["hooks"], "the native run was on ort_zero's hooks, or the ORT run was not"
     assert ort["ort"]["session"], "no ORT training session"
     assert BRIDGES <= set(ort["ort"]["python_ops"]), ort["ort"]
+    assert (ATTENTION_KERNEL in ort["ort"]["python_ops"]) == (expected == "sdpa"), ort["ort"]["python_ops"]
+    assert (EXPERTS_KERNEL in ort["ort"]["python_ops"]) == (family in MOE), ort["ort"]["python_ops"]
     assert ort["partitioned"]["partitioned"] == ort["partitioned"]["params"], "not built under zero.Init"
     assert len(native["losses"]) == len(ort["losses"]) == STEPS
     diffs = [abs(a - b) for a, b in zip(native["losses"], ort["losses"], strict=True)]

@@ -12,6 +12,7 @@ from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
 from ..graph import make_params_bridge, make_python_op, set_ints_attribute
+from ..torch_kernels import RECOMPUTABLE, draws_dropout
 from .recompute_bridges import RecomputeParamsBridge, RecomputeStartBridge
 from .training_graph import TrainingGraphView
 
@@ -84,11 +85,24 @@ class Region:
                 if copy != value:
                     node.input[slot] = copy
                     rewired += 1
+        self._forward_without_context()
         return rewired
 
     def _first_value(self, i: int) -> int:
-        """PythonOps' output 0 is their autograd context, which the backward must read as is."""
-        return 1 if self.view.nodes[i].op_type == "PythonOp" else 0
+        """PythonOps' output 0 is their autograd context, which the backward must read as is; a recomputable
+        PythonOp's backward reads its recomputed copy's."""
+        node = self.view.nodes[i]
+        return 1 if node.op_type == "PythonOp" and _not_recomputable(node) else 0
+
+    def _forward_without_context(self) -> None:
+        """A recomputable PythonOp whose backward now reads its copy's context runs in the forward without autograd
+        (training_mode 0): nothing is kept for a backward that will not read it, and ORT holds no context."""
+        for i in self.nodes:
+            node = self.view.nodes[i]
+            if node.op_type == "PythonOp" and node.output[0] in self.copies and not _not_recomputable(node):
+                for attribute in node.attribute:
+                    if attribute.name == "training_mode":
+                        attribute.i = 0
 
     def _copy_of(self, value: str) -> str:
         """The name of `value` recomputed after the anchor, or `value` itself where it cannot be recomputed. Depth
@@ -253,6 +267,8 @@ def _output_type(node: onnx.NodeProto, slot: int) -> tuple[int, int]:
 
 def _not_recomputable(node: onnx.NodeProto) -> str:
     """Why `node` cannot run a second time in the backward ('' if it can)."""
+    if node.op_type == "PythonOp" and function_name_of(node) in RECOMPUTABLE:
+        return "it draws attention dropout" if draws_dropout(node) else ""
     if node.op_type in ("PythonOp", "YieldOp"):
         return f"{function_name_of(node) or node.op_type} runs Python"
     if node.op_type in _RANDOM:

@@ -9,10 +9,12 @@ recompute re-creates in the backward instead of keeping it from the forward.
 from __future__ import annotations
 
 from ...python_op import function_name
-from .attention import ScaledDotProductAttention, sdpa_in_torch
+from .attention import ScaledDotProductAttention, draws_dropout, sdpa_in_torch
 from .experts import ExpertsInTorch, experts_in_torch
 
-__all__ = ["RECOMPUTABLE", "ExpertsInTorch", "ScaledDotProductAttention", "experts_in_torch", "sdpa_in_torch"]
+__all__ = [
+    "RECOMPUTABLE", "ExpertsInTorch", "ScaledDotProductAttention", "draws_dropout", "experts_in_torch", "sdpa_in_torch",
+]  # fmt: skip
 
 RECOMPUTABLE = frozenset({function_name(ScaledDotProductAttention), function_name(ExpertsInTorch)})
 """The PythonOps the layer-wise recompute may copy into the backward (their forward has no side effect)."""

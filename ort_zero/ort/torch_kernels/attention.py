@@ -83,6 +83,20 @@ def _torch_attention(
         ) from error
 
 
+_DROPOUT_ARGUMENT = 4  # dropout_p's position among ScaledDotProductAttention.forward's arguments (ctx not counted)
+
+
+def draws_dropout(node: Any) -> bool:
+    """Whether a PythonOp of `ScaledDotProductAttention` (an ONNX node) draws a dropout mask: a copy would draw
+    another one."""
+    attributes = {attribute.name: attribute for attribute in node.attribute}
+    if "input_float_scalar_positions" not in attributes:
+        return False
+    positions = list(attributes["input_float_scalar_positions"].ints)
+    values = list(attributes["input_float_scalars"].floats)
+    return _DROPOUT_ARGUMENT in positions and values[positions.index(_DROPOUT_ARGUMENT)] > 0
+
+
 def sdpa_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """The patch's factory: `F.scaled_dot_product_attention` as `ScaledDotProductAttention` while a model is exported;
     calls with arguments it does not take (a nested tensor, a non-float scale) go to torch's function."""

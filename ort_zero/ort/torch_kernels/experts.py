@@ -29,7 +29,7 @@ _INPUTS = 3  # hidden_states, top_k_index, top_k_weights
 
 class ExpertsInTorch(torch.autograd.Function):
     """`implementation(experts, hidden_states, top_k_index, top_k_weights)` run by torch; `params` are the module's
-    parameters as ORT has them (gathered), in the order `ort_zero.zero3.state.fetched_params` gives."""
+    own parameters as ORT has them (gathered)."""
 
     @staticmethod
     def forward(
@@ -41,7 +41,7 @@ class ExpertsInTorch(torch.autograd.Function):
         implementation: Callable[..., torch.Tensor],
         *params: torch.Tensor,
     ) -> torch.Tensor:
-        own = _zero3_params(experts)
+        own = _own_params(experts)
         wanted = [ctx.needs_input_grad[0], False, ctx.needs_input_grad[2]]
         keep = any(ctx.needs_input_grad)
         with torch.enable_grad(), _holding(own, params):
@@ -72,10 +72,8 @@ class ExpertsInTorch(torch.autograd.Function):
         return [shapes[0]], [dtypes[0]]
 
 
-def _zero3_params(experts: torch.nn.Module) -> list[torch.nn.Parameter]:
-    from ...zero3.state import fetched_params
-
-    return fetched_params(experts)
+def _own_params(experts: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return list(experts.parameters(recurse=False))
 
 
 @contextlib.contextmanager
@@ -94,6 +92,12 @@ def _holding(own: list[torch.nn.Parameter], gathered: tuple[torch.Tensor, ...]) 
             param.data = partitioned
 
 
+def _has_modules_with_params(experts: torch.nn.Module) -> bool:
+    """Parameters of modules inside the block are gathered by those modules' own bridges, which run only where the
+    exporter traces the block (a post-expert norm): such a block is traced as it is."""
+    return any(True for child in experts.children() for _ in child.parameters())
+
+
 def _implementation_name(experts: torch.nn.Module) -> str:
     config = getattr(experts, "config", None)
     return str(getattr(config, "_experts_implementation", None) or "eager")
@@ -107,9 +111,14 @@ def experts_in_torch(replaced: Callable[..., Callable[..., Any]]) -> Callable[..
         implementation = replaced(self, experts_implementation, default)
 
         def experts_forward(experts: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if kwargs or len(args) != _INPUTS or not all(isinstance(a, torch.Tensor) for a in args):
+            if (
+                kwargs
+                or len(args) != _INPUTS
+                or not all(isinstance(a, torch.Tensor) for a in args)
+                or _has_modules_with_params(experts)
+            ):
                 return implementation(experts, *args, **kwargs)
-            return ExpertsInTorch.apply(*args, experts, implementation, *_zero3_params(experts))
+            return ExpertsInTorch.apply(*args, experts, implementation, *_own_params(experts))
 
         return experts_forward
 

@@ -1,0 +1,84 @@
+"""Attention as torch's fused kernel in ORT's graph (ort_zero/ort/torch_kernels/attention.py): the Function gives
+torch's values and gradients for the masks and head layouts transformers passes; a LLaMA with sdpa attention trains
+in ORT with PyTorch's loss and gradients and ORT keeps no seq x seq tensor for the backward, where without the patch it
+keeps three per layer (probabilities, NaN mask, masked probabilities); eager attention is exported as before."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ort_zero.ort.torch_kernels import ScaledDotProductAttention
+from ort_zero.python_op import function_name
+
+F = torch.nn.functional
+KERNEL = function_name(ScaledDotProductAttention)
+TrainStep = Callable[..., dict]
+
+
+def seq_by_seq(kept: list[tuple[str, str, list]]) -> list[tuple[str, str, list]]:
+    """The kept values with two dimensions of one symbolic length (the sequence's): attention's probabilities."""
+    return [value for value in kept if len(named := [d for d in value[2] if isinstance(d, str)]) > len(set(named))]
+
+
+def _mask(kind: str, seq: int) -> torch.Tensor | None:
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    if kind == "bool":
+        return causal.clone().expand(2, 1, seq, seq).clone()
+    if kind == "float":
+        return torch.zeros(2, 1, seq, seq).masked_fill(~causal, float("-inf"))
+    if kind == "sliding":
+        return (causal & ~torch.ones(seq, seq, dtype=torch.bool).tril(-4)).expand(2, 1, seq, seq).clone()
+    return None
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float", "sliding"])
+@pytest.mark.parametrize("gqa", [False, True])
+def test_function_gives_torch_values_and_gradients(mask_kind: str, gqa: bool) -> None:
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 16, 8, requires_grad=True)
+    k, v = (torch.randn(2, 2 if gqa else 4, 16, 8, requires_grad=True) for _ in range(2))
+    mask, causal = _mask(mask_kind, 16), mask_kind == "none"
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=0.3, enable_gqa=gqa)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
+    got = ScaledDotProductAttention.apply(q, k, v, mask, 0.0, causal, 0.3, gqa)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+    torch.testing.assert_close(got, expected)
+    for grad, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, want)
+
+
+def test_a_call_torch_refuses_names_the_way_out() -> None:
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(RuntimeError, match="attn_implementation='eager'"):
+        ScaledDotProductAttention.apply(q, q, q, torch.ones(1, 1, 4, 4, dtype=torch.int32), 0.0, False, None, False)
+
+
+def _llama(attn: str) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
+    )  # fmt: skip
+    return LlamaForCausalLM._from_config(config, attn_implementation=attn)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_sdpa_llama_trains_in_ort_keeping_no_seq_by_seq_tensor(train_step: TrainStep, padded: bool) -> None:
+    result = train_step(lambda: _llama("sdpa"), ("torch_kernels",), padded=padded)
+    assert KERNEL in result["record"]["python_ops"]
+    assert seq_by_seq(result["kept"]) == []
+
+
+def test_without_the_kernel_ort_keeps_attention_probabilities_per_layer(train_step: TrainStep) -> None:
+    result = train_step(lambda: _llama("sdpa"), (), padded=False)  # padded, ORT's gradients are NaN: see docs
+    assert KERNEL not in result["record"]["python_ops"]
+    assert len({name.split("/self_attn")[0] for name, _, _ in seq_by_seq(result["kept"])}) == 2  # both layers
+
+
+def test_eager_attention_is_exported_as_onnx_ops(train_step: TrainStep) -> None:
+    result = train_step(lambda: _llama("eager"), ("torch_kernels",))
+    assert KERNEL not in result["record"]["python_ops"]
+    assert seq_by_seq(result["kept"])
