@@ -4,7 +4,7 @@ losses equal transformers.Trainer's (native DeepSpeed ZeRO-3) within 1e-5, with 
 2 CPU ranks under torchrun. All families run in one launch per attention implementation (scripts/train_families.py,
 the example's own job per family), so the suite pays the start-up once.
 
-Mixture-of-experts families (gpt_oss, deepseek_v3, qwen3_moe, mixtral, llama4_text, jamba) run transformers' default
+Mixture-of-experts families (gpt_oss, deepseek_v3, qwen3_moe, mixtral, jamba) run transformers' default
 experts implementation (grouped_mm) in torch inside a PythonOp (ort_zero/ort/torch_kernels/experts.py): every rank
 gathers every expert's weights whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3's
 gathers. sdpa attention runs as torch's fused kernel in a PythonOp (torch_kernels/attention.py); eager attention is
@@ -43,8 +43,11 @@ TOLERANCE = 1e-5
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
 ATTENTION_KERNEL = "ort_zero.ort.torch_kernels.attention.ScaledDotProductAttention"
 EXPERTS_KERNEL = "ort_zero.ort.torch_kernels.experts.ExpertsInTorch"
-# The families whose experts class uses transformers' experts implementations (`use_experts_implementation`).
-MOE = {"gpt_oss", "deepseek_v3", "qwen3_moe", "mixtral", "llama4_text", "jamba"}
+# The families whose experts class uses transformers' experts implementations (`use_experts_implementation`; Llama
+# 4's experts multiply every token by every expert, with no routing to export).
+MOE = {"gpt_oss", "deepseek_v3", "qwen3_moe", "mixtral", "jamba"}
+# Hybrids whose two tiny layers are all Mamba or linear attention (their attention layers come later).
+NO_ATTENTION_LAYER = {"jamba", "zamba", "qwen3_5_text"}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,8 @@ def test_family_trains_in_ort_as_in_pytorch(launches: Callable[[str], dict], fam
     assert not native["hooks"] and ort["hooks"], "the native run was on ort_zero's hooks, or the ORT run was not"
     assert ort["ort"]["session"], "no ORT training session"
     assert BRIDGES <= set(ort["ort"]["python_ops"]), ort["ort"]
-    assert (ATTENTION_KERNEL in ort["ort"]["python_ops"]) == (expected == "sdpa"), ort["ort"]["python_ops"]
+    has_sdpa = expected == "sdpa" and family not in NO_ATTENTION_LAYER
+    assert (ATTENTION_KERNEL in ort["ort"]["python_ops"]) == has_sdpa, ort["ort"]["python_ops"]
     assert (EXPERTS_KERNEL in ort["ort"]["python_ops"]) == (family in MOE), ort["ort"]["python_ops"]
     assert ort["partitioned"]["partitioned"] == ort["partitioned"]["params"], "not built under zero.Init"
     assert len(native["losses"]) == len(ort["losses"]) == STEPS

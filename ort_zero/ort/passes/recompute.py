@@ -137,12 +137,22 @@ def recompute_record(graph: onnx.GraphProto | None) -> dict:
         plans[plan] = plans.get(plan, 0) + 1
         level = max(level, 2 if plan == MODULE_PLAN else 1)
         layers.append(path)
+    copies = [node for node in nodes if node.name.endswith(RECOMPUTE_SUFFIX)]
     return {
         "level": level,
         "layers": layers,
         "plans": plans,
-        "recomputed_nodes": sum(1 for node in nodes if node.name.endswith(RECOMPUTE_SUFFIX)),
+        "recomputed_nodes": len(copies),
+        # torch kernels (attention, experts) run again in the backward, per kernel: how many copies
+        "recomputed_python_ops": _counts(function_name_of(node) for node in copies if node.op_type == "PythonOp"),
     }
+
+
+def _counts(names: Iterator[str | None]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name or ""] = counts.get(name or "", 0) + 1
+    return counts
 
 
 def _regions(root: torch.nn.Module, keys: set[int], level: int) -> Iterator[tuple[str, int, str]]:

@@ -42,7 +42,7 @@ def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
         "providers": [],
         "python_ops": [],
         "backward_reads_of_forward_gathers": [],
-        "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0},
+        "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0, "recomputed_python_ops": {}},
     }
 
     model(torch.randn(2, 4)).backward()
@@ -52,7 +52,7 @@ def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
         "providers": ["CPUExecutionProvider"],
         "python_ops": [function_name(Double)],
         "backward_reads_of_forward_gathers": [],
-        "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0},
+        "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0, "recomputed_python_ops": {}},
     }
     assert record["inference"] == {"session": False, "providers": [], "python_ops": []}
 

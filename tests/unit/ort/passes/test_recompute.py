@@ -391,7 +391,13 @@ def test_the_hand_built_graph_has_what_the_pass_must_remove(keys: Keys) -> None:
     for t in ("l0", "l1"):
         assert {f"{t}_dropout_grad <- {t}_mask", f"{t}_act_grad <- {t}_h", f"{t}_x_flat <- {t}_xi"} <= set(reads)
     assert sorted(forward_gathered_reads(graph)) == ["final_dx <- final_wt", "l0_dx <- l0_wt", "l1_dx <- l1_wt"]
-    assert recompute_record(graph) == {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0}
+    assert recompute_record(graph) == {
+        "level": 0,
+        "layers": [],
+        "plans": {},
+        "recomputed_nodes": 0,
+        "recomputed_python_ops": {},
+    }
 
 
 def test_level_0_only_seeds_the_dropouts(keys: Keys) -> None:
@@ -411,7 +417,13 @@ def test_level_0_only_seeds_the_dropouts(keys: Keys) -> None:
             del node.attribute[:]
             node.attribute.extend(kept)
     assert graph.SerializeToString() == before.SerializeToString()
-    assert recompute_record(graph) == {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0}
+    assert recompute_record(graph) == {
+        "level": 0,
+        "layers": [],
+        "plans": {},
+        "recomputed_nodes": 0,
+        "recomputed_python_ops": {},
+    }
 
 
 def test_level_1_recomputes_each_layer_in_its_backward(keys: Keys) -> None:

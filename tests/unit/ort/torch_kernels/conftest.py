@@ -16,6 +16,7 @@ from ort_zero.foreign import ortmodule as ort_internals
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.passes.training_graph import TrainingGraphView
 
+
 def _step(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
     loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
     loss.backward()
