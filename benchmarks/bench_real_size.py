@@ -4,9 +4,13 @@ Hugging Face causal LM at the sizes people train, side by side in one run.
     .venv/bin/python benchmarks/bench_real_size.py                          # ~160M and ~400M, 30 and 10 steps
     .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --steps 30 --png runs/rss.png
     .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --steps 12 --rounds 4   # step ratio per round
+    .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --seq 1024 --gradient-checkpointing --steps 6
+    .venv/bin/python benchmarks/bench_real_size.py --sizes moe90m moe400m --seq 512
 
-Each size is a LLaMA config from `AutoModelForCausalLM.from_config` (vocab 32000, the default attention
-implementation), AdamW from `ds_configs/zero3_hf_auto.json`, micro-batch 1, seq 128, random token ids, 2 ranks under
+Each dense size is a LLaMA config from `AutoModelForCausalLM.from_config` (vocab 32000, the default attention
+implementation), each `moe` size a Qwen3-MoE (every layer experts, transformers' default experts implementation);
+`--seq` (default 128) and `--gradient-checkpointing` (natively torch's checkpoints, under ORT the layer-wise
+recompute) set the shape. AdamW from `ds_configs/zero3_hf_auto.json`, micro-batch 1, random token ids, 2 ranks under
 torchrun (OMP_NUM_THREADS=1 each on CPU), everything else as users run it (ORT's CPU arena on). The worker is an
 ordinary Trainer script (`real_size_worker.py`). Per size and rank: the first step (export and session included,
 with ORT's phases), the median step from step 3 and the CPU it took (user, system, and the time off the CPU:
@@ -31,23 +35,28 @@ from ort_zero.tools.process_tree import TaggedProcessTree, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "real_size_worker.py"
-SIZES = {  # name: (hidden, layers, heads, intermediate, default steps)
-    "160m": (768, 12, 12, 3072, 30),
-    "400m": (1024, 24, 16, 3072, 10),
+SIZES = {  # name: (hidden, layers, heads, intermediate (per expert), experts, top-k, default steps)
+    "160m": (768, 12, 12, 3072, 0, 0, 30),
+    "400m": (1024, 24, 16, 3072, 0, 0, 10),
+    "moe90m": (512, 4, 8, 512, 16, 4, 10),  # OLMoE/Qwen3-MoE-shaped, 87M
+    "moe400m": (768, 6, 12, 384, 64, 8, 6),  # 64 experts, top-8
 }
 MODES = ("native", "ort")
 
 
-def run_mode(size: str, mode: str, steps: int, out: Path, timeout: float) -> list[dict[str, Any]]:
-    hidden, layers, heads, intermediate, _ = SIZES[size]
+def run_mode(
+    size: str, mode: str, steps: int, out: Path, timeout: float, seq: int = 128, checkpointing: bool = False
+) -> list[dict[str, Any]]:
+    hidden, layers, heads, intermediate, experts, top_k, _ = SIZES[size]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
     env.setdefault("DS_ACCELERATOR", "cpu")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
         f"--master_port={free_port()}", str(WORKER), "--mode", mode, "--hidden", str(hidden), "--layers", str(layers),
         "--heads", str(heads), "--intermediate", str(intermediate), "--steps", str(steps),
-        "--deepspeed", str(ROOT / "ds_configs" / "zero3_hf_auto.json"), "--out", str(out),
-    ]  # fmt: skip
+        "--deepspeed", str(ROOT / "ds_configs" / "zero3_hf_auto.json"), "--out", str(out), "--seq-len", str(seq),
+        "--experts", str(experts), "--top-k", str(top_k),
+    ] + (["--activation-checkpointing"] if checkpointing else [])  # fmt: skip
     log = out / f"{mode}.log"
     out.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink, TaggedProcessTree(command, stdout=sink, env=env) as launch:
@@ -99,9 +108,11 @@ ROWS = [
 def table(size: str, runs: dict[str, list[dict[str, Any]]]) -> str:
     native, ort = ([summary(rank) for rank in runs[mode]] for mode in MODES)
     first = runs["native"][0]
+    shape = f"seq {first.get('seq_len', 128)}" + (", checkpointing" if first.get("activation_checkpointing") else "")
+    experts = f", experts {first['experts_implementation']}" if first.get("experts_implementation") else ""
     lines = [
-        f"### {size}: {first['parameters'] / 1e6:.1f}M parameters, {len(first['steps'])} steps, "
-        f"attention {first['attn_implementation']}",
+        f"### {size}: {first['parameters'] / 1e6:.1f}M parameters, {shape}, {len(first['steps'])} steps, "
+        f"attention {first['attn_implementation']}{experts}",
         "",
         "| per rank (0 / 1) | native ZeRO-3 | ORT-ZeRO3 | ORT / native |",
         "|---|---:|---:|---:|",
@@ -169,6 +180,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     parser.add_argument("--steps", type=int, default=None, help="per size; default 30 at 160m, 10 at 400m")
+    parser.add_argument("--seq", type=int, default=128, help="sequence length")
+    parser.add_argument(
+        "--gradient-checkpointing", action="store_true", help="activation checkpointing (ORT: layer-wise recompute)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_real_size")
     parser.add_argument("--png", type=Path, default=None, help="default <out>/rss.png")
     parser.add_argument("--timeout", type=float, default=3600)
@@ -181,7 +196,12 @@ def main() -> int:
         for round_index in range(args.rounds):
             order = MODES if round_index % 2 == 0 else MODES[::-1]
             out = args.out / size / f"round{round_index + 1}" if args.rounds > 1 else args.out / size
-            rounds.append({mode: run_mode(size, mode, steps, out, args.timeout) for mode in order})
+            rounds.append(
+                {
+                    mode: run_mode(size, mode, steps, out, args.timeout, args.seq, args.gradient_checkpointing)
+                    for mode in order
+                }
+            )
         results[size] = rounds[0]
         print(table(size, results[size]), flush=True)
         if args.rounds > 1:

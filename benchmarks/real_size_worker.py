@@ -77,6 +77,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--experts", type=int, default=0, help="> 0: a Qwen3-MoE with this many experts per layer")
+    parser.add_argument("--top-k", type=int, default=4)
+    parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--deepspeed", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--local_rank", type=int, default=None)
@@ -91,6 +94,7 @@ def main() -> None:
     from transformers import (
         AutoModelForCausalLM,
         LlamaConfig,
+        Qwen3MoeConfig,
         Trainer,
         TrainerCallback,
         TrainingArguments,
@@ -133,15 +137,19 @@ def main() -> None:
         use_cpu=not torch.cuda.is_available(),
         seed=1234,
         disable_tqdm=True,
+        activation_checkpointing=args.activation_checkpointing,
     )
-    config = LlamaConfig(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        intermediate_size=args.intermediate,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        max_position_embeddings=args.seq_len,
-    )
+    sizes = {
+        "vocab_size": args.vocab, "hidden_size": args.hidden, "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads, "max_position_embeddings": args.seq_len,
+    }  # fmt: skip
+    if args.experts:  # Qwen3-MoE-shaped: every layer's MLP is experts (transformers' default implementation)
+        config = Qwen3MoeConfig(
+            **sizes, num_key_value_heads=args.heads, num_experts=args.experts, num_experts_per_tok=args.top_k,
+            moe_intermediate_size=args.intermediate, intermediate_size=args.intermediate, decoder_sparse_step=1,
+        )  # fmt: skip
+    else:
+        config = LlamaConfig(**sizes, intermediate_size=args.intermediate)
     set_seed(1234)  # the same initial weights in both modes
     model = AutoModelForCausalLM.from_config(config)  # under zero.Init: TrainingArguments carry a ZeRO-3 config
     generator = torch.Generator().manual_seed(0)
@@ -166,6 +174,9 @@ def main() -> None:
         "rank": rank,
         "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()),
         "attn_implementation": model.config._attn_implementation,
+        "experts_implementation": getattr(model.config, "_experts_implementation", None) if args.experts else None,
+        "seq_len": args.seq_len,
+        "activation_checkpointing": args.activation_checkpointing,
         "rss_before_train_mib": rss_before,
         "steps": [
             {**step, "loss": log["loss"], "grad_norm": log.get("grad_norm")}
