@@ -312,6 +312,12 @@ _torch(
     "its output and log-sum-exp are kept (and nothing, under the layer-wise recompute)",
     torch_kernels.sdpa_in_torch,
 )  # fmt: skip
+_ort(
+    "ort", "ort.kernel_failure_raised", f"{_ORTM}._execution_agent:TrainingAgent", "run_forward",
+    "ORT prints a PythonOp's Python error and raises 'Get null result' for the node: a torch kernel's failure "
+    "(ort_zero/ort/torch_kernels/failures.py) is raised as the step's error, naming the layer and what to pick",
+    torch_kernels.raising_kernel_failure,
+)  # fmt: skip
 _TORCH_EXPERTS = "torch_kernels_experts"
 _transformers(
     _TORCH_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",

@@ -11,9 +11,11 @@ from __future__ import annotations
 from ...python_op import function_name
 from .attention import ScaledDotProductAttention, draws_dropout, sdpa_in_torch
 from .experts import ExpertsInTorch, experts_in_torch
+from .failures import raising_kernel_failure
 
 __all__ = [
-    "RECOMPUTABLE", "ExpertsInTorch", "ScaledDotProductAttention", "draws_dropout", "experts_in_torch", "sdpa_in_torch",
+    "RECOMPUTABLE", "ExpertsInTorch", "ScaledDotProductAttention", "draws_dropout", "experts_in_torch",
+    "raising_kernel_failure", "sdpa_in_torch",
 ]  # fmt: skip
 
 RECOMPUTABLE = frozenset({function_name(ScaledDotProductAttention), function_name(ExpertsInTorch)})

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..kept_graph import backward_through_graph, forward_keeping_graph
+from .failures import kernel_failure
 
 
 class ScaledDotProductAttention(torch.autograd.Function):
@@ -76,11 +77,11 @@ def _torch_attention(
         )
     except RuntimeError as error:
         mask = "no mask" if attn_mask is None else f"a {attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}"
-        raise RuntimeError(
-            f"ort_zero: torch's scaled_dot_product_attention, run by ONNX Runtime as a PythonOp, refused query "
-            f"{tuple(query.shape)} {query.dtype} with {mask} (is_causal={is_causal}): {error}. Load the model with "
-            "attn_implementation='eager' to export attention as ONNX ops instead"
-        ) from error
+        refused = f"query {tuple(query.shape)} {query.dtype} with {mask} (is_causal={is_causal})"
+        raise kernel_failure(
+            "scaled_dot_product_attention", refused, error,
+            "load the model with attn_implementation='eager' (attention as ONNX ops)",
+        ) from error  # fmt: skip
 
 
 _DROPOUT_ARGUMENT = 4  # dropout_p's position among ScaledDotProductAttention.forward's arguments (ctx not counted)

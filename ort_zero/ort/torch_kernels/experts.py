@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..kept_graph import backward_through_graph
+from .failures import kernel_failure
 
 _INPUTS = 3  # hidden_states, top_k_index, top_k_weights
 
@@ -52,11 +53,11 @@ class ExpertsInTorch(torch.autograd.Function):
             try:
                 output = implementation(experts, *inputs)
             except RuntimeError as error:
-                raise RuntimeError(
-                    f"ort_zero: the experts block {type(experts).__name__} (experts implementation "
-                    f"'{_implementation_name(experts)}'), run by ONNX Runtime as a PythonOp, failed: {error}. Pick "
-                    "another experts_implementation when loading the model (e.g. 'eager')"
-                ) from error
+                raise kernel_failure(
+                    f"the experts (experts_implementation '{_implementation_name(experts)}')",
+                    f"{tuple(hidden_states.shape)} {hidden_states.dtype} tokens", error,
+                    "load the model with another experts_implementation (e.g. 'eager')",
+                ) from error  # fmt: skip
         ctx.graph = (inputs + [p for p in own if p.requires_grad], output) if keep else None
         ctx.param_wanted = [p.requires_grad for p in own]
         return output.detach().clone(memory_format=torch.contiguous_format) if keep else output.contiguous()
