@@ -36,6 +36,7 @@ from ort_zero.ort.passes.recompute import (  # noqa: E402
     seed_dropouts,
 )
 from ort_zero.ort.passes.recompute_bridges import RecomputeParamsBridge, RecomputeStartBridge  # noqa: E402
+from ort_zero.ort.torch_kernels import ScaledDotProductAttention  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name, function_name_of, ints_attribute  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge  # noqa: E402
@@ -142,6 +143,7 @@ class Call:
     layer: int  # the layer's key
     inner: int  # its inner module's key
     foreign: str | None = None  # where a foreign PythonOp sits: "before_dropout" or "before_inner"
+    function: str = FOREIGN  # the Function that PythonOp runs
 
 
 class TrainingGraph:
@@ -158,7 +160,7 @@ class TrainingGraph:
         inner_input = f"{t}_x"
         fwd(bridge(PreForwardBridge, f"{t}_pre", [x], [f"{t}_pre_ctx", f"{t}_x"], [call.layer, 1]))
         if call.foreign == "before_inner":  # e.g. a fused attention Function feeding an output projection
-            fwd(python_op(FOREIGN, f"{t}_foreign", [f"{t}_x"], [f"{t}_foreign_ctx", f"{t}_xf"], []))
+            fwd(python_op(call.function, f"{t}_foreign", [f"{t}_x"], [f"{t}_foreign_ctx", f"{t}_xf"], []))
             inner_input = f"{t}_xf"
         self.placeholders.append(f"{t}_placeholder")
         fwd(
@@ -173,7 +175,7 @@ class TrainingGraph:
         fwd(helper.make_node("MatMul", [f"{t}_xi", f"{t}_w"], [f"{t}_h"], f"{t}_matmul"))
         dropout_input = f"{t}_h"
         if call.foreign == "before_dropout":
-            fwd(python_op(FOREIGN, f"{t}_foreign", [f"{t}_h"], [f"{t}_foreign_ctx", f"{t}_hf"], []))
+            fwd(python_op(call.function, f"{t}_foreign", [f"{t}_h"], [f"{t}_foreign_ctx", f"{t}_hf"], []))
             dropout_input = f"{t}_hf"
         fwd(helper.make_node("Dropout", [dropout_input, "ratio", "training"], [f"{t}_d", f"{t}_mask"], f"{t}_dropout"))
         fwd(bridge(PostForwardBridge, f"{t}_inner_post", [f"{t}_d"], [f"{t}_inner_post_ctx", f"{t}_di"], [call.inner]))
@@ -510,6 +512,29 @@ def test_a_foreign_python_op_inside_a_layer_is_kept_and_reported(keys: Keys, cap
     assert report.regions == {"layers.0": LAYER_PLAN, "layers.1": LAYER_PLAN}
     other = {k: v for k, v in region_values(calls).items() if k == "l0"}
     assert backward_reads(graph, set().union(*other.values())) == [], "the other layer is recomputed in full"
+
+
+def test_a_torch_kernel_inside_a_layer_runs_again_and_its_forward_keeps_no_context(keys: Keys) -> None:
+    calls = layer_calls(keys, foreign={1: "before_dropout"})
+    calls[1].function = function_name(ScaledDotProductAttention)
+    graph = training_graph(keys, calls)
+    for node in graph.node:
+        if node.name == "l1_foreign":
+            node.attribute.append(helper.make_attribute("training_mode", 1))
+
+    report = recompute_regions(graph, 1)
+
+    assert_well_formed(graph)
+    assert report.kept == []
+    nodes = by_name(graph)
+    copy = nodes[f"l1_foreign{RECOMPUTE_SUFFIX}"]
+    assert copy.input[0] == f"l1_h{RECOMPUTE_SUFFIX}", "the copy runs on the recomputed MatMul"
+    assert nodes["l1_foreign_grad"].input[0] == copy.output[0], "the gradient reads the copy's context"
+    assert backward_reads(graph, {"l1_foreign_ctx", "l1_hf"}) == []
+    training_mode = {a.name: a.i for a in nodes["l1_foreign"].attribute}["training_mode"]
+    assert training_mode == 0, "the forward's kernel would keep a context nothing reads (ORT holds it forever)"
+    assert {a.name: a.i for a in copy.attribute}["training_mode"] == 1
+    assert recompute_record(graph)["recomputed_python_ops"] == {function_name(ScaledDotProductAttention): 1}
 
 
 def test_level_2_also_recomputes_a_module_outside_the_layers(keys: Keys) -> None:
