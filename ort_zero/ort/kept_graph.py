@@ -22,14 +22,13 @@ def forward_keeping_graph(
 ) -> torch.Tensor:
     """`op(*tensors)` run by torch with autograd on (a Function's forward runs without), its graph kept in `ctx` when
     an input wants a gradient. `differentiable` (default: all) says which inputs the graph may differentiate: the
-    others (masks, indices) are read as they are and never copied."""
+    others (masks, indices) get no gradient, but are copied too, as the graph may read them in the backward."""
     differentiable = differentiable or (True,) * len(tensors)
     wanted = tuple(w and d for w, d in zip(ctx.needs_input_grad[: len(tensors)], differentiable, strict=True))
     keep = any(wanted)
     with torch.enable_grad():
         inputs = tuple(
-            (t.detach().clone() if keep and d else t.detach()).requires_grad_(w)
-            for t, w, d in zip(tensors, wanted, differentiable, strict=True)
+            (t.detach().clone() if keep else t.detach()).requires_grad_(w) for t, w in zip(tensors, wanted, strict=True)
         )
         output = op(*inputs)
     ctx.graph = (inputs, output) if keep else None

@@ -17,10 +17,16 @@ from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.passes.training_graph import TrainingGraphView
 
 
-def _step(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
-    loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
-    loss.backward()
-    return float(loss), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+def _steps(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> list[tuple[float, dict]]:
+    """Two forward-backward passes: ORT copies every PythonOp input at its first run only, so the second shows
+    whether a kernel keeps an input ORT then reuses."""
+    results = []
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        results.append((float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    return results
 
 
 def kept_for_backward(model: torch.nn.Module) -> list[tuple[str, str, list]]:
@@ -41,7 +47,7 @@ def kept_for_backward(model: torch.nn.Module) -> list[tuple[str, str, list]]:
 
 @pytest.fixture
 def train_step(enabled: None) -> Callable[..., dict]:
-    """`train_step(make_model, groups, seq=..., padded=...)`: one step of two copies of `make_model()` in PyTorch and
+    """`train_step(make_model, groups, seq=..., padded=...)`: two steps of two copies of `make_model()` in PyTorch and
     in an ORTModule exported with the patch `groups` applied; losses and gradients agree (ORT ran); returns the ORT
     model, its run record and what its graph keeps for the backward."""
     ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
@@ -54,18 +60,19 @@ def train_step(enabled: None) -> Callable[..., dict]:
         mask = torch.ones_like(ids)
         if padded:
             mask[1, : seq // 4] = 0  # left padding: a mask the causal flag alone cannot express
-        expected_loss, expected_grads = _step(reference, ids, mask)
+        expected = _steps(reference, ids, mask)
         in_ort = ortmodule.ORTModule(model)
         with contextlib.ExitStack() as stack:
             for group in groups:
                 stack.enter_context(patches.applied(group))
-            loss, grads = _step(in_ort, ids, mask)
+            got = _steps(in_ort, ids, mask)
         record = ort_run_record(in_ort)["training"]
         assert record["session"], "no ORT session: the model did not run in ORT"
-        assert loss == pytest.approx(expected_loss, rel=1e-5)
-        assert grads.keys() == expected_grads.keys()
-        for name, grad in expected_grads.items():
-            torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5)
+        for (loss, grads), (expected_loss, expected_grads) in zip(got, expected, strict=True):
+            assert loss == pytest.approx(expected_loss, rel=1e-5)
+            assert grads.keys() == expected_grads.keys()
+            for name, grad in expected_grads.items():
+                torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5)
         return {"model": in_ort, "record": record, "kept": kept_for_backward(in_ort)}
 
     return check
