@@ -112,7 +112,12 @@ def torch_line(report: Report, requirements: dict[str, Requirement]) -> str:
         cuda = f"CUDA {torch.version.cuda} usable on {torch.cuda.get_device_name(0)}"
     else:
         cuda = f"CUDA not usable (torch built for CUDA {torch.version.cuda}; runs on CPU)"
-    return f"{version}; {cuda}"
+    # said here once instead of by every export (ort_zero.ort.torch_compat) and every gather (ort_zero.distributed)
+    deprecated = (
+        "ORTModule exports with torch's TorchScript exporter and DeepSpeed gathers with all_gather_into_tensor and "
+        "reduce_scatter_tensor, which torch deprecated (ort_zero keeps their warnings out of runs)"
+    )
+    return f"{version}; {cuda}; {deprecated}"
 
 
 def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:
