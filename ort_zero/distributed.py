@@ -29,6 +29,7 @@ def init_distributed(timeout: timedelta | None = None) -> tuple[int, int]:
     port = int(os.environ.get("MASTER_PORT", 29500))
     deepspeed.init_distributed(dist_backend=backend, distributed_port=port, **options)
     shut_down_at_exit()
+    quiet_deprecated_collectives()  # from the first gather on (zero.Init's, before ort_zero may be enabled)
     if not on_cpu:
         accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     remove_shared_memory_files()

@@ -28,6 +28,7 @@ CHECKED = ("torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "open
 HUGGING_FACE = ("transformers", "accelerate", "peft")
 SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
 EXTENSIONS_PACKAGE = "onnxruntime.training.ortmodule.torch_cpp_extensions"
+DEPRECATED = "torch deprecates ORT's exporter, DeepSpeed's all_gather_into_tensor and reduce_scatter_tensor"
 
 
 class Report:
@@ -108,16 +109,10 @@ def torch_line(report: Report, requirements: dict[str, Requirement]) -> str:
     import torch
 
     version = check_pin(report, requirements, "torch")
+    cuda = f"CUDA not usable (torch built for CUDA {torch.version.cuda}; runs on CPU)"
     if torch.cuda.is_available():
         cuda = f"CUDA {torch.version.cuda} usable on {torch.cuda.get_device_name(0)}"
-    else:
-        cuda = f"CUDA not usable (torch built for CUDA {torch.version.cuda}; runs on CPU)"
-    # said here once instead of by every export (ort_zero.ort.torch_compat) and every gather (ort_zero.distributed)
-    deprecated = (
-        "ORTModule exports with torch's TorchScript exporter and DeepSpeed gathers with all_gather_into_tensor and "
-        "reduce_scatter_tensor, which torch deprecated (ort_zero keeps their warnings out of runs)"
-    )
-    return f"{version}; {cuda}; {deprecated}"
+    return f"{version}; {cuda}; {DEPRECATED}"
 
 
 def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:

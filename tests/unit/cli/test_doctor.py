@@ -133,4 +133,4 @@ def test_what_torch_deprecates_on_ort_zeros_route_is_said_by_the_doctor() -> Non
     from ort_zero.cli.doctor import Report, torch_line
 
     line = torch_line(Report(), {})
-    assert all(name in line for name in ("TorchScript exporter", "all_gather_into_tensor", "reduce_scatter_tensor"))
+    assert all(name in line for name in ("ORT's exporter", "all_gather_into_tensor", "reduce_scatter_tensor"))
