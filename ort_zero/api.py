@@ -18,12 +18,17 @@ _MEM_GRAD_ENV = "ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT"
 def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
     """Route DeepSpeed ZeRO-3 through ort_zero's hooks; with onnxruntime-training installed, ORTModule too.
 
-    Call before `deepspeed.initialize` (and before wrapping with ORTModule). Idempotent. `mem_efficient_grads`
+    Call before `deepspeed.initialize` (and before wrapping with ORTModule). Idempotent. From then on the process
+    group ends in order when the interpreter exits (`ort_zero.distributed.shut_down_at_exit`). `mem_efficient_grads`
     hands each parameter gradient to PyTorch as soon as ORT computes it; None keeps the current setting (or ORT's
     ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1).
     """
     prepare_for_ort()
     patches.apply_group("zero3")
+    from .distributed import quiet_deprecated_collectives, shut_down_at_exit  # imports DeepSpeed: not at import
+
+    shut_down_at_exit()  # the process group (ort_zero's, DeepSpeed's or the Trainer's) ends in order at exit
+    quiet_deprecated_collectives()
     if ort_training_installed():
         if "ORTMODULE_FALLBACK_POLICY" not in os.environ:
             # ORTModule's default silently runs PyTorch after an export error: numbers look right, nothing ran in ORT.

@@ -23,6 +23,7 @@ from .ort import (
     export_python_ops,
     export_rewrites,
     export_tuples,
+    output_structures,
     shape_inference,
     torch_compat,
     torch_kernels,
@@ -463,4 +464,24 @@ _ort(
 _ort(
     "ort", "ort.cuda_provider_required.InferenceManager", f"{_ORTM}._inference_manager:InferenceManager",
     "_create_execution_agent", _CUDA_REASON, cuda_provider_required,
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model outputs ORTModule's schema code cannot walk (ort_zero/ort/output_structures.py says why and how).
+_OUTPUTS_REASON = (
+    "ORTModule's output walk knows tensors, numbers, sequences and mappings only: a Hugging Face causal LM at its "
+    "defaults (use_cache=True) returns a transformers DynamicCache and every export stopped with 'Unsupported "
+    "flatten data type'. Where ORT's walk fails, torch's pytree walks the outputs and objects of plain attributes "
+    "that hold tensors are taken apart"
+)
+_ort(
+    "ort", "ort.outputs_of_any_structure", _IO, "_extract_schema",
+    _OUTPUTS_REASON + " (their tensors become graph outputs).",
+    output_structures.extracting_any_structure,
+)  # fmt: skip
+_ort(
+    "ort", "ort.outputs_rebuilt_from_any_structure", _GTM, "unflatten_data_using_schema",
+    _OUTPUTS_REASON + ", and put together again after every ORT run (ORT's own schemas are ORT's).",
+    output_structures.rebuilding_any_structure,
 )  # fmt: skip

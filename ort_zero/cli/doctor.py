@@ -28,6 +28,7 @@ CHECKED = ("torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "open
 HUGGING_FACE = ("transformers", "accelerate", "peft")
 SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
 EXTENSIONS_PACKAGE = "onnxruntime.training.ortmodule.torch_cpp_extensions"
+DEPRECATED = "torch deprecates ORT's exporter, DeepSpeed's all_gather_into_tensor and reduce_scatter_tensor"
 
 
 class Report:
@@ -108,11 +109,10 @@ def torch_line(report: Report, requirements: dict[str, Requirement]) -> str:
     import torch
 
     version = check_pin(report, requirements, "torch")
+    cuda = f"CUDA not usable (torch built for CUDA {torch.version.cuda}; runs on CPU)"
     if torch.cuda.is_available():
         cuda = f"CUDA {torch.version.cuda} usable on {torch.cuda.get_device_name(0)}"
-    else:
-        cuda = f"CUDA not usable (torch built for CUDA {torch.version.cuda}; runs on CPU)"
-    return f"{version}; {cuda}"
+    return f"{version}; {cuda}; {DEPRECATED}"
 
 
 def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:

@@ -3,7 +3,9 @@
 From torch 2.9 the TorchScript exporter's private modules live under `torch.onnx._internal.torchscript_exporter`,
 and `torch.onnx.export` exports with dynamo unless told otherwise. ORTModule imports the old paths and exports
 through TorchScript (PythonOps exist only there), so the old names point at the moved modules, and called from ORT,
-`torch.onnx.export` defaults to `dynamo=False`.
+`torch.onnx.export` defaults to `dynamo=False`. That route is deprecated in torch (since 2.10): said once by
+`ort-zero doctor`, not by every export, which also keeps the tracer's notes on the model's Python control flow
+(TracerWarning: the graph is checked against PyTorch's numbers, not the trace's guesses) to itself.
 """
 
 from __future__ import annotations
@@ -11,9 +13,19 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import warnings
 from typing import Any
 
+import torch
+
 TORCHSCRIPT_EXPORTER = "torch.onnx._internal.torchscript_exporter"
+# What torch's TorchScript exporter says of itself on every export ORT makes (torch 2.14): the route, ORT's
+# `training=` argument and the mode-selection helper it runs are deprecated.
+EXPORTER_DEPRECATIONS = (
+    "You are using the legacy TorchScript-based ONNX export",
+    "Setting `training` to something other than default is deprecated",
+    "The feature will be removed. Please remove usage of this function",
+)
 
 
 def moved_module(name: str) -> Any:
@@ -43,8 +55,13 @@ def torchscript_export_for_ort(export: Any) -> Any:
     @functools.wraps(export)
     def export_for_ort(*args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller.startswith("onnxruntime.") and "dynamo" not in kwargs:
-            kwargs["dynamo"] = False
-        return export(*args, **kwargs)
+        if not caller.startswith("onnxruntime."):
+            return export(*args, **kwargs)
+        kwargs.setdefault("dynamo", False)
+        with warnings.catch_warnings():
+            for message in EXPORTER_DEPRECATIONS:
+                warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+            return export(*args, **kwargs)
 
     return export_for_ort

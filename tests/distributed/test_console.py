@@ -35,8 +35,9 @@ JOBS = {  # example -> (its options, how it says native and ORT)
 PROGRESS_BAR = re.compile(r"train:[^\]]*\]")  # the example's tqdm bar, redrawn in place and cut by other output
 
 
-# DeepSpeed 0.19.8 calls collectives that torch 2.14 deprecates, and torch warns (two lines) at every call, natively
-# too: their number follows the number of collectives, which an ORT run may differ in (its exports).
+# DeepSpeed 0.19.8 calls collectives that torch 2.14 deprecates, and torch warns (two lines) at calls, natively too,
+# unless ort_zero keeps them out (the examples' init_distributed does): their number follows the number of
+# collectives, which an ORT run may differ in (its exports).
 PER_COLLECTIVE = ("instead.", "return func(*args, **kwargs)")
 
 

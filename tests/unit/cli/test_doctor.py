@@ -126,3 +126,11 @@ def test_cuda_side_without_a_driver_checks_nothing(monkeypatch: pytest.MonkeyPat
     report = doctor.Report()
     assert doctor.cuda_lines(report)[0].startswith("no NVIDIA driver (libcuda.so.1 not found)")
     assert report.problems == []
+
+
+def test_what_torch_deprecates_on_ort_zeros_route_is_said_by_the_doctor() -> None:
+    """Runs no longer say it (ort_zero.ort.torch_compat, ort_zero.distributed): the doctor does, once."""
+    from ort_zero.cli.doctor import Report, torch_line
+
+    line = torch_line(Report(), {})
+    assert all(name in line for name in ("ORT's exporter", "all_gather_into_tensor", "reduce_scatter_tensor"))
