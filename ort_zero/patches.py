@@ -19,6 +19,7 @@ from .foreign import deepspeed as ds_internals
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
 from .ort import (
     console,
+    export_autograd,
     export_context,
     export_python_ops,
     export_rewrites,
@@ -171,6 +172,7 @@ def _during_export(module: Any) -> Iterator[None]:
     (export_rewrites), applied while it lasts."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(applied("ort_export"))
+        stack.enter_context(applied(_AUTOGRAD_FUNCTIONS))
         stack.enter_context(applied(_PYTHON_OPS))
         stack.enter_context(applied(_TORCH_KERNELS))
         if "transformers.integrations.moe" in sys.modules:  # a model of transformers' experts may be exported
@@ -484,4 +486,20 @@ _ort(
     "ort", "ort.outputs_rebuilt_from_any_structure", _GTM, "unflatten_data_using_schema",
     _OUTPUTS_REASON + ", and put together again after every ORT run (ORT's own schemas are ORT's).",
     output_structures.rebuilding_any_structure,
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Autograd Functions of model and library code (TRL's, PhiMoE's, Reformer's, users'), exported while a ZeRO-3 model is
+# exported as PythonOps ORT can run: tensor outputs only, one gradient per input (ort_zero/ort/export_autograd.py).
+_AUTOGRAD_FUNCTIONS = "export_autograd_functions"
+_torch(
+    _AUTOGRAD_FUNCTIONS, "torch.autograd_function_with_tensor_outputs_in_export", "torch.autograd.function:Function",
+    "apply",
+    "ORT 1.19.2's PythonOp takes tensor outputs only and one gradient per input, present for each input it "
+    "differentiates; PyTorch lets a Function return None or numbers (TRL's ChunkedLogProbFunction), None gradients "
+    "(PhiMoE) and extra trailing Nones (Reformer). While ORTModule exports a ZeRO-3 model every Function but "
+    "ort_zero's and ORT's own runs through a wrapper with tensor outputs (constants back to the caller, checked at "
+    "each run) and one gradient per input (zeros for None)",
+    export_autograd.applying_with_tensor_outputs,
 )  # fmt: skip

@@ -5,7 +5,8 @@ Read: an ORTModule's `_torch_module._execution_manager(is_training)`; a manager'
 `_device`, `_flattened_module`, `_logger`, `time_tracker`; an agent's `_inference_session`; the fallback manager's
 `_exception`; ORTModule's symbolics (`CustomOpSymbolicRegistry._SYMBOLICS`); the private modules
 `capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_gradient_registry`,
-`ortmodule._custom_autograd_function_exporter` and `ortmodule._logger`.
+`ortmodule._custom_autograd_function_exporter` (the Functions it exports its own way) and
+`ortmodule._logger`.
 Written: the memory optimizer's runtime options and its memory observer's switch, what a manager keeps once its
 session exists (`release_kept`), the input bookkeeping of a post-export model info (`add_graph_input`), ORT's
 gradient registry (`register_gradient`), and ort_zero's marks on ORT's objects.
@@ -182,6 +183,13 @@ def ort_symbolic(op: str) -> Callable[..., Any] | None:
 
     namespace, _, name = op.partition("::")
     return CustomOpSymbolicRegistry._SYMBOLICS.get(("" if namespace == "aten" else namespace) + "::" + name)
+
+
+def has_own_function_export(name: str) -> bool:
+    """Whether ORT's exporter writes the Function `name` its own way (checkpoints, flash-attn, bitsandbytes)."""
+    from onnxruntime.training.ortmodule._custom_autograd_function_exporter import _SpecialCustomFunctionHandler
+
+    return _SpecialCustomFunctionHandler.get_handler(name) is not None
 
 
 def register_autograd_function(name: str, cls: type) -> None:

@@ -2,8 +2,7 @@
 
 Read: a model config's `_attn_implementation` (which attention a built model runs: transformers keeps no public
 name for it). Called: the Trainer's `_save_rng_state` (each rank's last file of a checkpoint), which ORTZeroTrainer
-extends. Reformer's private autograd Function `_ReversibleFunction` (its forward's inputs: the export rewrite of its
-backward); a model class's `_from_config` (what `AutoModelForCausalLM.from_config` calls: under ZeRO-3 it builds the
+extends. A model class's `_from_config` (what `AutoModelForCausalLM.from_config` calls: under ZeRO-3 it builds the
 model in `zero.Init`), for a causal LM whose config the auto mapping does not list (MusicGen's decoder).
 """
 
@@ -20,13 +19,6 @@ def attention_implementation(model: Any) -> str | None:
 def save_rng_state(trainer_class: type, trainer: Any, output_dir: str) -> None:
     """What `trainer_class`'s bases do in `Trainer._save_rng_state` (each rank writes its RNG states)."""
     super(trainer_class, trainer)._save_rng_state(output_dir)
-
-
-def reformer_reversible_forward() -> Any:
-    """The forward of Reformer's `_ReversibleFunction` (the autograd Function its reversible layers run in)."""
-    from transformers.models.reformer import modeling_reformer
-
-    return modeling_reformer._ReversibleFunction.forward
 
 
 def model_from_config(model_class: Any, config: Any, **options: Any) -> Any:

@@ -9,27 +9,27 @@ rewrite is a patch group in `ort_zero.patches` (with the transformers versions i
 while a ZeRO-3 model whose modules come from that modeling file is exported.
 
 One module per kind of rewrite, each declaring its `ModelRewrite`s (`model_rewrite`) with the symbols they replace:
-`rotary` (complex rotary embeddings), `moe` (experts routed in Python), `autograd_functions` (backwards ORT takes
-otherwise than PyTorch, no_grad blocks) and `int_and_bool_ops` (bools and int64s ORT or the exporter treat otherwise).
+`rotary` (complex rotary embeddings), `moe` (experts routed in Python), `autograd_functions` (no_grad blocks) and
+`int_and_bool_ops` (bools and int64s ORT or the exporter treat otherwise).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .autograd_functions import HRM_TEXT, PHIMOE, REFORMER
+from .autograd_functions import HRM_TEXT
 from .int_and_bool_ops import BLT, CPMANT
 from .model_rewrite import ModelRewrite, Replacement
 from .moe import DBRX, JETMOE, LONGCAT_FLASH
 from .rotary import DEEPSEEK_V2, LLAMA4
 
 __all__ = [
-    "BLT", "CPMANT", "DBRX", "DEEPSEEK_V2", "HRM_TEXT", "JETMOE", "LLAMA4", "LONGCAT_FLASH", "PHIMOE", "REFORMER",
+    "BLT", "CPMANT", "DBRX", "DEEPSEEK_V2", "HRM_TEXT", "JETMOE", "LLAMA4", "LONGCAT_FLASH",
     "REWRITES", "ModelRewrite", "Replacement", "groups_for",
 ]  # fmt: skip
 
 REWRITES = (
-    LLAMA4, DEEPSEEK_V2, CPMANT, REFORMER, DBRX, JETMOE, LONGCAT_FLASH, PHIMOE, BLT, HRM_TEXT,
+    LLAMA4, DEEPSEEK_V2, CPMANT, DBRX, JETMOE, LONGCAT_FLASH, BLT, HRM_TEXT,
 )  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """Autograd Functions and no_grad blocks of model code while ort_zero exports it: PhiMoE's multiplier Function with
-zeros for its None gradients, a backward with a trailing None (Reformer's) with one gradient per input, and HRM's
+zeros for its None gradients and its output's shape declared (ort_zero/ort/export_autograd.py), and HRM's
 no_grad cycles (`export_rewrites.HRM_TEXT`): an ONNX graph has no grad mode, so ORT differentiated the low-level cycles
 HRM runs under torch.no_grad(); with the rewrite a stack called inside the model's own no_grad passes no gradient
 back, and ORT's gradients are PyTorch's."""
@@ -42,8 +42,8 @@ class PhimoeRouter(torch.nn.Module):
 def test_phimoe_multiplier_trains_in_ort_as_in_pytorch_only_rewritten(
     rewritten: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without the rewrite ORT's GatherElements gradient misses its input (the Function's None); the rewrite's
-    zeros and output shape give PyTorch's loss and gradients."""
+    """Without ort_zero's export of Functions ORT's GatherElements gradient misses its input (the Function's None);
+    its zeros and PhiMoE's declared output shape give PyTorch's loss and gradients."""
     from ort_zero import patches
 
     monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
@@ -55,7 +55,7 @@ def test_phimoe_multiplier_trains_in_ort_as_in_pytorch_only_rewritten(
     expected.backward()
     in_ort = importlib.import_module("onnxruntime.training.ortmodule").ORTModule(model)
     if rewritten:
-        with patches.applied(export_rewrites.PHIMOE.group):  # ORTModule exports at the first forward
+        with patches.applied("export_autograd_functions"):  # ORTModule exports at the first forward
             in_ort(x)
     if not rewritten:
         with pytest.raises(RuntimeError, match="GatherElements"):
@@ -67,81 +67,6 @@ def test_phimoe_multiplier_trains_in_ort_as_in_pytorch_only_rewritten(
     torch.testing.assert_close(loss, expected)
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-7)
-
-
-def _doubled(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
-    return x * scale * 2
-
-
-def _doubled_backward_with_extra_none(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    return grad * 2, None, None
-
-
-class ExtraNone(torch.autograd.Function):
-    """Doubles its input; its backward returns a trailing None beyond its inputs, as Reformer's
-    `_ReversibleFunction` does (PyTorch drops it)."""
-
-    forward = staticmethod(_doubled)
-    backward = staticmethod(_doubled_backward_with_extra_none)
-
-
-class ExtraNoneRewritten(torch.autograd.Function):
-    """The same Function under another name: ORT keeps the first backward registered under a name per process."""
-
-    forward = staticmethod(_doubled)
-    backward = staticmethod(_doubled_backward_with_extra_none)
-
-
-class ThroughExtraNone(torch.nn.Module):
-    def __init__(self, function: type[torch.autograd.Function]) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(8, 8)
-        self.function = function
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.function.apply(self.linear(x), 1.0).square().mean()
-
-
-@pytest.mark.parametrize("rewritten", [False, True])
-def test_a_backward_with_a_trailing_none_trains_only_with_one_gradient_per_input(
-    enabled: None, monkeypatch: pytest.MonkeyPatch, rewritten: bool
-) -> None:
-    """ORT keeps the backward the exporter registered: exported with the rewrite, it runs the rewritten one."""
-    ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
-    function = ExtraNoneRewritten if rewritten else ExtraNone
-    if rewritten:  # what the patch does while ORTModule exports a ZeRO-3 Reformer
-        backward = autograd_functions.one_gradient_per_input(vars(ExtraNone)["backward"], ExtraNone.forward)
-        monkeypatch.setattr(function, "backward", backward)
-    torch.manual_seed(0)
-    model, reference, x = ThroughExtraNone(function), ThroughExtraNone(function), torch.randn(4, 8)
-    reference.load_state_dict(model.state_dict())
-    expected = reference(x)
-    expected.backward()
-    in_ort = ortmodule.ORTModule(model)
-    loss = in_ort(x)
-    if not rewritten:
-        with pytest.raises(Exception, match="sizes not expected"):  # noqa: PT011 - ORT's PythonOpGrad
-            loss.backward()
-        return
-    loss.backward()
-    assert ort_run_record(in_ort)["training"]["session"], "no ORT session"
-    torch.testing.assert_close(loss, expected)
-    torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
-
-
-def test_one_gradient_per_input_refuses_a_gradient_beyond_the_inputs() -> None:
-    class Wrong(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return grad, grad
-
-    backward = autograd_functions.one_gradient_per_input(vars(Wrong)["backward"], Wrong.forward)
-    with pytest.raises(RuntimeError, match="beyond its 1 inputs"):
-        backward.__func__(None, torch.ones(2))
 
 
 hrm_text = pytest.importorskip("transformers.models.hrm_text.modeling_hrm_text")
