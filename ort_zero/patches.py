@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .foreign import deepspeed as ds_internals
-from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
+from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS, TRL_VERSIONS
 from .ort import (
     console,
     export_autograd,
@@ -502,4 +502,25 @@ _torch(
     "ort_zero's and ORT's own runs through a wrapper with tensor outputs (constants back to the caller, checked at "
     "each run) and one gradient per input (zeros for None)",
     export_autograd.applying_with_tensor_outputs,
+)  # fmt: skip
+
+
+def _trl_integration() -> Any:
+    from .integrations import trl
+
+    return trl
+
+
+# TRL's trainers in ORT (ort_zero/integrations/trl.py): applied when an ORTZeroTrainer is created with TRL imported.
+TRL = "trl"
+register(
+    Patch(
+        "trl.lm_head_gather_of_parameters_only", "trl.trainer.utils", "maybe_gather_lm_head_ctx", "trl",
+        TRL_VERSIONS,
+        "TRL's ChunkedLogProbFunction gathers the LM head's ZeRO-3 parameters again in its backward; run by ORT as a "
+        "PythonOp it receives the full tensors ort_zero's bridges gathered (plain tensors, no ds_status): only "
+        "ZeRO-3 parameters are gathered, the rest are full already",
+        _deferred(lambda: _trl_integration().gathering_parameters_only),
+    ),
+    TRL,
 )  # fmt: skip

@@ -7,3 +7,5 @@ ORT_VERSIONS = "==1.19.2"
 TORCH_VERSIONS = ">=2.13,<2.16"
 # The transformers release whose model code ort_zero rewrites for export (ort/export_rewrites/): the one pinned.
 TRANSFORMERS_VERSIONS = ">=5.23,<5.24"
+# TRL, whose trainers ort_zero runs in ORT (integrations/trl.py) and whose ZeRO-3 gather it adapts: 1.16.0 measured.
+TRL_VERSIONS = ">=1.16,<1.17"

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
-from .. import api, settings
+from .. import api, patches, settings
 from ..foreign import accelerate as accelerate_internals
 from ..foreign import transformers as transformers_internals
 from ..zero3 import checkpointing
@@ -103,12 +105,17 @@ class ORTZeroTrainer(Trainer):
     PEFT checks); `save_model()` writes what `from_pretrained` loads without ORT or DeepSpeed.
     """
 
-    def __init__(
-        self, model: torch.nn.Module | None = None, args: TrainingArguments | None = None, *more: Any, **kwargs: Any
-    ) -> None:
+    def __init__(self, *positional: Any, **kwargs: Any) -> None:
+        # Bound to the next class's signature: in `class ORTSFTTrainer(ORTZeroTrainer, DPOTrainer)` that is TRL's,
+        # whose arguments come in another order than the Trainer's (DPOTrainer's second is `ref_model`).
+        bound = inspect.signature(super().__init__).bind_partial(*positional, **kwargs)
+        model, args = bound.arguments.get("model"), bound.arguments.get("args")
         check_arguments(args, model)
         api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
-        super().__init__(model, recompute_instead_of_checkpointing(args, model), *more, **kwargs)
+        if "trl" in sys.modules:  # a TRL trainer (integrations/trl.py)
+            patches.apply_group(patches.TRL)
+        bound.arguments["args"] = recompute_instead_of_checkpointing(args, model)
+        super().__init__(*bound.args, **bound.kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
         """The Trainer's own accelerator, whose `prepare` gets the ORTModule in place of `trainer.model`."""

@@ -17,6 +17,7 @@ import torch
 from ..foreign import ortmodule as ort_internals
 from ..foreign import torch as torch_internals
 from .export_einsum import einsum_symbolic
+from .export_masked_fill import bool_masked_fill
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,13 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "(is_literal(shape_rank), Qwen4-Exp's gated residual): the dimension is resolved at export and the shape "
         "sliced at constant bounds",
         _unflatten,
+    ),
+    ExportOverride(
+        "aten::masked_fill",
+        (),
+        "ORT 1.19.2's CPU Where has no bool kernel (NOT_IMPLEMENTED), and torch writes masked_fill as a Where: TRL "
+        "masks its bool `is_top1` this way: a bool tensor is filled as uint8 (ort_zero/ort/export_masked_fill.py)",
+        bool_masked_fill,
     ),
     ExportOverride(
         "aten::einsum",

@@ -1,0 +1,39 @@
+"""TRL's trainers in ONNX Runtime under DeepSpeed ZeRO-3: `ORTSFTTrainer` and `ORTDPOTrainer`.
+
+    from ort_zero.integrations.trl import ORTSFTTrainer as SFTTrainer  # the one changed line
+
+Each is the TRL trainer with `ORTZeroTrainer` before it in the bases (`class ORTSFTTrainer(ORTZeroTrainer,
+SFTTrainer)` in a script does the same): the policy model runs in ORT, a reference model in PyTorch on ort_zero's
+ZeRO-3 hooks (it is not trained). TRL computes the per-token log-probabilities in an autograd Function
+(`ChunkedLogProbFunction`, inside the model's forward), which ort_zero exports as a PythonOp
+(ort_zero/ort/export_autograd.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from trl import DPOTrainer, SFTTrainer
+
+from .hf_trainer import ORTZeroTrainer
+
+
+class ORTSFTTrainer(ORTZeroTrainer, SFTTrainer):
+    """TRL's `SFTTrainer` whose DeepSpeed ZeRO-3 engine runs the model in ONNX Runtime."""
+
+
+class ORTDPOTrainer(ORTZeroTrainer, DPOTrainer):
+    """TRL's `DPOTrainer` whose DeepSpeed ZeRO-3 engine runs the policy model in ONNX Runtime."""
+
+
+def gathering_parameters_only(gather: Callable[..., Any]) -> Callable[..., Any]:
+    """TRL's `maybe_gather_lm_head_ctx` for the ZeRO-3 parameters among `params` only: in ORT the autograd Function
+    that calls it gets the gathered tensors of ort_zero's bridges, which need no gather (and have no ZeRO-3 state)."""
+
+    @functools.wraps(gather)
+    def maybe_gather_lm_head_ctx(*params: Any) -> Any:
+        return gather(*(param for param in params if hasattr(param, "ds_id")))
+
+    return maybe_gather_lm_head_ctx
