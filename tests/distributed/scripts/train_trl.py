@@ -103,7 +103,7 @@ def main() -> int:
     torch.manual_seed(1234)
     policy = model(len(words), words.pad_token_id)  # after the config: built under zero.Init
     extra: dict[str, Any] = {}
-    if args.trainer == "dpo" and not args.lora:  # with LoRA the reference is the model without its adapters
+    if args.trainer == "dpo":  # a reference model of its own (in ORT, LoRA too: docs/huggingface.md, TRL)
         torch.manual_seed(1234)
         extra["ref_model"] = model(len(words), words.pad_token_id)  # the policy as it starts
     if args.lora:
