@@ -7,7 +7,6 @@ back, and ORT's gradients are PyTorch's."""
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 import pytest
 import torch
