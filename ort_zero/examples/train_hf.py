@@ -7,6 +7,11 @@ the stdlib corpus (no downloads). The job is an ordinary Trainer script; the one
     DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 -m ort_zero.examples.train_hf --model-type llama \\
         --deepspeed ds_configs/zero3_hf_auto.json --max-steps 20 --output-dir runs/hf
 
+or `accelerate launch` with its DeepSpeed plugin (ZeRO stage 3) and no --deepspeed:
+
+    DS_ACCELERATOR=cpu accelerate launch --config_file ds_configs/accelerate_zero3_cpu.yaml \
+        -m ort_zero.examples.train_hf --model-type llama --max-steps 20 --output-dir runs/hf
+
 Rank 0 writes to <output-dir>: `losses.csv` (step, the step's loss over its micro-batches and ranks, unrounded; grad
 norm, learning rate, step time), `zero_init.json` (the model was partitioned as it was built), `result.json` (the
 trained model's eval loss), `ort.json` (the ORT sessions and PythonOps that ran; not with --no-ort) and `model/`
@@ -44,7 +49,12 @@ LOSS_COLUMNS = ["step", "loss", "grad_norm", "learning_rate", "time_ms"]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ort_zero.examples.train_hf", description=__doc__.split("\n")[0])
     parser.add_argument("--model-type", default="llama", help="a causal LM type (llama, gpt2, ...)")
-    parser.add_argument("--deepspeed", type=Path, required=True, help="DeepSpeed ZeRO-3 config; 'auto' values allowed")
+    parser.add_argument(
+        "--deepspeed",
+        type=Path,
+        default=None,
+        help="DeepSpeed ZeRO-3 config; 'auto' values allowed (not needed under accelerate's DeepSpeed plugin)",
+    )
     parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps in total (a resumed run included)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_hf"))
     parser.add_argument("--no-ort", dest="ort", action="store_false", help="transformers.Trainer in PyTorch")
@@ -97,7 +107,12 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--save-steps must be 0 or positive, got {args.save_steps}")
     if args.hidden_size % args.heads:
         raise UsageError(f"--hidden-size {args.hidden_size} must be a multiple of --heads {args.heads}")
-    check_zero_stage(load_config(args.deepspeed), ort_zero_enabled=True, path=args.deepspeed)
+    if args.deepspeed is not None:
+        check_zero_stage(load_config(args.deepspeed), ort_zero_enabled=True, path=args.deepspeed)
+    elif os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() not in ("1", "true", "yes"):
+        raise UsageError(
+            "--deepspeed <a ZeRO-3 config> is needed, unless accelerate launches with its DeepSpeed plugin"
+        )
 
 
 class StepLosses(TrainerCallback):
@@ -181,7 +196,7 @@ def training_arguments(args: argparse.Namespace, **overrides: Any) -> Any:
 
     fields: dict[str, Any] = dict(
         output_dir=str(args.output_dir),
-        deepspeed=str(args.deepspeed),
+        deepspeed=str(args.deepspeed) if args.deepspeed else None,  # None: accelerate's DeepSpeed plugin
         max_steps=args.max_steps,
         per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=args.batch_size,

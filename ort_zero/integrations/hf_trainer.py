@@ -2,7 +2,8 @@
 
     from ort_zero.integrations.hf_trainer import ORTZeroTrainer as Trainer  # the one changed line
 
-with `TrainingArguments(deepspeed="ds_configs/zero3_hf_auto.json", ...)` (or `--deepspeed`), under any launcher.
+with `TrainingArguments(deepspeed="ds_configs/zero3_hf_auto.json", ...)` (or `--deepspeed`), under any launcher, or
+under `accelerate launch` with its DeepSpeed plugin at ZeRO stage 3 (no `deepspeed` argument).
 
 The Trainer keeps the user's model as `trainer.model`: it reads its forward signature (label names, dataset columns,
 loss kwargs), saves it with `save_pretrained` and hands it to accelerate's `prepare`, which calls
@@ -51,10 +52,11 @@ def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | Non
             f"model type '{model_type}' does not train in ONNX Runtime on this stack: {reason}; train it with "
             "transformers.Trainer (native DeepSpeed ZeRO-3), see ort_zero's docs/model-families.md"
         )
-    if args is None or args.deepspeed is None:
+    if args is None or (args.deepspeed is None and args.deepspeed_plugin is None):
         raise UnsupportedInORT(
             "ORTZeroTrainer trains with DeepSpeed ZeRO-3: pass TrainingArguments(deepspeed=<a ZeRO-3 config>), "
-            "e.g. ds_configs/zero3_hf_auto.json (or --deepspeed on the command line)"
+            "e.g. ds_configs/zero3_hf_auto.json (or --deepspeed on the command line), or launch with accelerate's "
+            "DeepSpeed plugin at ZeRO stage 3 (accelerate launch --use_deepspeed --zero_stage 3)"
         )
     if args.torch_compile:
         raise UnsupportedInORT(
@@ -66,11 +68,13 @@ def check_arguments(args: TrainingArguments | None, model: torch.nn.Module | Non
             "and cannot see through ORTModule that the model is causal (it would not shift the labels); "
             "set label_smoothing_factor=0, or train with transformers.Trainer in PyTorch"
         )
-    if not args.hf_deepspeed_config.is_zero3():
-        stage = args.hf_deepspeed_config.get_value("zero_optimization.stage", 0)
+    deepspeed_config = args.hf_deepspeed_config if args.deepspeed else args.deepspeed_plugin.hf_ds_config
+    if not deepspeed_config.is_zero3():
+        stage = deepspeed_config.get_value("zero_optimization.stage", 0)
+        source = f"the DeepSpeed config {args.deepspeed!r}" if args.deepspeed else "accelerate's DeepSpeed plugin"
         raise UnsupportedInORT(
-            f"ORTZeroTrainer needs ZeRO stage 3, the DeepSpeed config {args.deepspeed!r} asks for stage {stage}; "
-            "use a stage-3 config (ds_configs/zero3_hf_auto.json), or transformers.Trainer for other stages"
+            f"ORTZeroTrainer needs ZeRO stage 3, {source} asks for stage {stage}; use a stage-3 config "
+            "(ds_configs/zero3_hf_auto.json, or accelerate's --zero_stage 3), or transformers.Trainer for other stages"
         )
     ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     if args.world_size != ranks:

@@ -62,6 +62,21 @@ def test_zero_stage_other_than_3(tmp_path: Path) -> None:
     assert "needs ZeRO stage 3" in message and "asks for stage 2" in message and "transformers.Trainer" in message
 
 
+@pytest.mark.parametrize("stage", [3, 2])
+def test_accelerates_deepspeed_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: int) -> None:
+    """`accelerate launch --use_deepspeed --zero_stage N`: no `deepspeed` argument, accelerate's plugin from the
+    environment; stage 3 passes, another stage is refused naming the plugin."""
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", str(stage))
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    assert args.deepspeed is None and args.deepspeed_plugin is not None
+    if stage == 3:
+        check_arguments(args, torch.nn.Linear(2, 2))
+        return
+    message = refusal(args)
+    assert "accelerate's DeepSpeed plugin asks for stage 2" in message and "--zero_stage 3" in message
+
+
 @pytest.fixture
 def recompute(monkeypatch: pytest.MonkeyPatch) -> None:
     """No recompute level set, nothing announced yet in this process."""
