@@ -128,14 +128,7 @@ class ORTZeroTrainer(Trainer):
 
     @staticmethod
     def _in_ort(model: torch.nn.Module) -> torch.nn.Module:
-        from onnxruntime.training.ortmodule import ORTModule
-
-        with _without_name_collision_warnings(), warnings.catch_warnings():
-            # ORTModule reads every attribute of the model it wraps, deprecated aliases included
-            warnings.filterwarnings(
-                "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
-            )
-            return ORTModule(model)
+        return in_ort(model)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *more: Any, **kwargs: Any) -> Any:
         """`resume_from_checkpoint=True` resumes from the newest checkpoint every rank finished, not the newest
@@ -165,6 +158,16 @@ class ORTZeroTrainer(Trainer):
             self.model_wrapped.train(model.training)
             model = self.model_wrapped
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+
+def in_ort(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` in an ORTModule, without ORTModule's warnings about what every PreTrainedModel has."""
+    from onnxruntime.training.ortmodule import ORTModule
+
+    with _without_name_collision_warnings(), warnings.catch_warnings():
+        # ORTModule reads every attribute of the model it wraps, deprecated aliases included
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return ORTModule(model)
 
 
 @contextlib.contextmanager
