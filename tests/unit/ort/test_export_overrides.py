@@ -43,6 +43,8 @@ CASES = {
     "aten::diff": lambda x: torch.diff(x, n=2, dim=-1, prepend=x[:, :1], append=x[:, -1:]),
     "aten::linalg_vector_norm": lambda x: x / torch.norm(x, p=1, dim=-1, keepdim=True),  # DBRX's router
     "aten::unflatten": lambda x: (x.unflatten(-1, (2, 4)) * x[:, :2].unsqueeze(-1)).flatten(1),  # Qwen4-Exp
+    # TRL's is_top1: a bool tensor masked (ORT's CPU Where has no bool kernel)
+    "aten::masked_fill": lambda x: x * (x > 0).masked_fill(x < 0.5, 0),
     "aten::einsum": lambda x: _einsums(x),  # XLNet's one-operand transpose; ellipsis, implicit output, 3 operands
 }
 
