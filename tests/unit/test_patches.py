@@ -5,6 +5,7 @@ The registry is global, so every test gets an empty one; DeepSpeed and ONNX Runt
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import types
@@ -195,5 +196,7 @@ def test_every_declared_replacement_builds_against_the_installed_stack() -> None
     declared = patches.registered()
     assert len(declared) >= 20, [patch.name for patch in declared]
     for patch in declared:
+        if patch.distribution == "trl" and importlib.util.find_spec("trl") is None:
+            continue  # an optional integration (ort_zero.integrations.trl), applied only when TRL is used
         patch.check_version()
         assert patch.make_replacement(patch.current()) is not None, patch.name
