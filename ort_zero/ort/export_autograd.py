@@ -15,10 +15,11 @@ and ORT's own through `with_tensor_outputs(function)`, which exports as the same
 - one gradient per input: trailing Nones beyond the inputs dropped (as PyTorch drops them), zeros where the backward
   returns None for a floating-point input ORT differentiates (torch's None means zeros).
 
-ORT names the PythonOp after the wrapper, `<module>.<Function's qualified name>.WithTensorOutputs`. A Function's
-`infer_shape` (ORT's shape-inference callback) is kept; `OUTPUT_SHAPES` declares it for Functions whose output ORT
-must know the shape of and that have none (PhiMoE's: ORT's gradient of a Mul that broadcasts a PythonOp output whose
-shape it does not know leaves the broadcast dimensions unreduced).
+A Function whose `apply` was bound before the export (`op = MyFunction.apply` at import) calls torch's `apply`
+itself and is exported as ORT exports it. ORT names the PythonOp after the wrapper, `<module>.<Function's qualified
+name>.WithTensorOutputs`. A Function's `infer_shape` (ORT's shape-inference callback) is kept; `OUTPUT_SHAPES`
+declares it for Functions whose output ORT must know the shape of and that have none (PhiMoE's: ORT's gradient of a
+Mul that broadcasts a PythonOp output whose shape it does not know leaves the broadcast dimensions unreduced).
 """
 
 from __future__ import annotations
