@@ -56,9 +56,4 @@ class ORTZeroAccelerator(Accelerator):
     def _in_ort(candidate: Any) -> Any:
         if not isinstance(candidate, torch.nn.Module) or ortmodule.is_ort_module(candidate):
             return candidate
-        config = getattr(candidate, "config", None)
-        if getattr(config, "use_cache", False):
-            # ORTModule cannot return transformers' key/value cache (DynamicCache) among a model's outputs, and a
-            # training step reads none: the model's forward leaves it out, as TRL's trainers ask in every step
-            config.use_cache = False
         return in_ort(candidate)
