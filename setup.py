@@ -2,11 +2,13 @@
 
 from setuptools import find_packages, setup
 
-# The pinned stack. Each pin is measured (see README "Supported stack"); move one only after measuring again.
+# The supported stack: ranges over the releases measured (docs/stack.md), so that installing ort_zero into an
+# environment that already has tested versions keeps them. The exact versions the quickstart installs are in
+# launch/constraints.txt (launch/bootstrap.sh installs with it). Widen a range only after measuring again.
 STACK = [
-    "torch==2.14.1",  # newest torch pip installs here; ORT's extensions are built with ort_zero's source edits
+    "torch>=2.14.1,<2.16",  # measured: 2.14.1, 2.15.0; ORT's extensions are built with ort_zero's source edits
     "onnxruntime-training==1.19.2",  # last release; ORTModule lives here
-    "deepspeed==0.19.8",
+    "deepspeed>=0.19.8,<0.20",  # measured: 0.19.8
     "onnx>=1.17,<1.24",
     "numpy>=1.26,<2.5",  # measured with 2.4.6
     "mpi4py>=4.0,<5",
@@ -17,9 +19,9 @@ STACK = [
 ]
 # Hugging Face Trainer integration (ort_zero.integrations.hf_trainer, examples/train_hf.py) and its tests.
 HUGGING_FACE = [
-    "transformers==5.23.0",
-    "accelerate==1.15.0",  # the Trainer's engine room
-    "peft==0.21.2",  # LoRA
+    "transformers>=5.23,<5.25",  # measured: 5.23.0, 5.24.0 (newer: ort_zero/foreign/fingerprints.py decides)
+    "accelerate>=1.15,<1.16",  # the Trainer's engine room; measured: 1.15.0
+    "peft>=0.21.2,<0.22",  # LoRA; measured: 0.21.2
 ]
 
 setup(

@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
 # Build the project's environment in .venv/ at the repo root, from nothing; a second run takes seconds.
 #
-#   launch/bootstrap.sh          # idempotent; prints where it stands
+#   launch/bootstrap.sh          # idempotent; prints one line per step
 #
-# Steps: a Python 3.11 interpreter -> .venv -> `pip install -e .[dev]` (the pins live in setup.py) ->
-# ORTModule's torch C++ extensions for what this machine has -> an ORTModule forward/backward with fallback disabled.
+# Steps: a Python 3.11 interpreter -> .venv -> `pip install -c launch/constraints.txt -e .[dev]` (setup.py states the
+# supported ranges, launch/constraints.txt the exact versions measured) -> ORTModule's torch C++ extensions for what
+# this machine has -> an ORTModule forward/backward with fallback disabled.
 # On a machine with an NVIDIA driver (or anywhere with ORT_ZERO_CUDA=1) also: the CUDA 11 libraries ORT's CUDA
 # provider needs, into .venv/ort_zero-cuda11/ (wheels cached there, 1.4 GB), and ORTModule's GPU allocator extension.
-# The venv is stamped with a hash of setup.py; the stamp is re-checked on every run, so a changed pin re-installs.
+# The venv is stamped with a hash of setup.py and the constraints; the stamp is re-checked on every run, so a changed
+# version re-installs. What pip and the compiler print goes to .venv/ort_zero-*.log, shown only when a step fails.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.ort_zero-installed"
+CONSTRAINTS="$ROOT/launch/constraints.txt"
 say() { echo "[bootstrap] $*" >&2; }
 die() { echo "[bootstrap] ERROR: $*" >&2; exit 1; }
+# Run a command with its output in a log file; on failure print that log, then return the command's status.
+quietly() {
+    local log="$1" status=0
+    shift
+    "$@" >"$log" 2>&1 || status=$?
+    [ "$status" -eq 0 ] || { echo "[bootstrap] output of the failed step ($log):" >&2; cat "$log" >&2; }
+    return "$status"
+}
 
 find_python() {
     local candidate
@@ -29,7 +40,7 @@ find_python() {
     return 1
 }
 
-pins_hash() { cat "$ROOT/setup.py" | sha256sum | cut -c1-16; }
+pins_hash() { cat "$ROOT/setup.py" "$CONSTRAINTS" | sha256sum | cut -c1-16; }
 
 if [ ! -x "$VENV/bin/python" ]; then
     PYTHON="$(find_python)" || die "Python 3.11 not found (tried \$ORT_ZERO_PYTHON, python3.11, python3).
@@ -50,11 +61,12 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$(pins_hash)" ]; then
   installing the stack needs ~$need_gib GiB there (6.7 GB installed with torch's CUDA wheels, plus pip's downloads).
   Free some space (or point TMPDIR at a larger disk) and run this again."
     done
-    say "installing the pinned stack into $VENV (first time: several minutes, 6.7 GB with torch's CUDA wheels)"
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel \
+    say "installing the stack of launch/constraints.txt into $VENV (first time: several minutes, 6.7 GB with torch's CUDA wheels)"
+    PIP_LOG="$VENV/ort_zero-pip.log"
+    quietly "$PIP_LOG" "$VENV/bin/python" -m pip install --upgrade pip setuptools wheel \
         || die "pip cannot reach the package index: check network access to PyPI (or PIP_INDEX_URL)."
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" \
-        || die "pip install -e .[dev] failed (see the pip output above): a pin may be unavailable for this platform."
+    quietly "$PIP_LOG" "$VENV/bin/python" -m pip install -c "$CONSTRAINTS" -e "$ROOT[dev]" \
+        || die "pip install -c launch/constraints.txt -e .[dev] failed (pip's output above): a version may be unavailable for this platform."
     pins_hash > "$STAMP"
 else
     say "stack already installed in $VENV"
@@ -68,12 +80,16 @@ if "$VENV/bin/python" -c 'import sys; from ort_zero.stack.cuda_libraries import 
 fi
 
 # Builds only what is missing; the build is cached in ~/.cache/ort_zero keyed on torch/ORT versions.
-"$VENV/bin/python" -m ort_zero.stack.extensions ensure \
+EXTENSIONS_LOG="$VENV/ort_zero-extensions.log"
+say "ORTModule's torch C++ extensions (a first build takes a few minutes on 2 cores; compiler output: $EXTENSIONS_LOG)"
+quietly "$EXTENSIONS_LOG" "$VENV/bin/python" -m ort_zero.stack.extensions ensure \
     || die "ORTModule's torch C++ extensions could not be built (output above). Run '$VENV/bin/ort-zero doctor'."
+say "$(grep -E '^\[extensions\] (cpu|cuda): ' "$EXTENSIONS_LOG" | sed 's/^\[extensions\] /extensions /' | paste -sd ';' -)"
 SMOKED="$VENV/.ort_zero-smoke-passed"
 if [ ! -f "$SMOKED" ] || [ "$(cat "$SMOKED")" != "$(pins_hash)" ]; then
-    "$VENV/bin/python" -m ort_zero.stack.extensions smoke \
+    quietly "$VENV/ort_zero-smoke.log" "$VENV/bin/python" -m ort_zero.stack.extensions smoke \
         || die "ORTModule smoke test failed with fallback disabled. Run '$VENV/bin/ort-zero doctor'."
+    say "$(grep -o 'ORTModule smoke test passed.*' "$VENV/ort_zero-smoke.log")"
     pins_hash > "$SMOKED"
 fi
 say "ready: $VENV"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .foreign import deepspeed as ds_internals
+from .foreign.fingerprints import TESTED_SOURCES
 from .foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS, TRL_VERSIONS
 from .ort import (
     console,
@@ -34,6 +35,7 @@ from .patching import (  # noqa: F401  (the registry's API, used as ort_zero.pat
     UnsupportedVersionError,
     applied,
     apply_group,
+    fingerprint,
     is_applied,
     original,
     register,
@@ -83,8 +85,18 @@ def _deepspeed(group: str, name: str, owner: str, attribute: str, reason: str, f
     register(Patch(name, owner, attribute, "deepspeed", DEEPSPEED_VERSIONS, reason, factory), group)
 
 
-def _transformers(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
-    register(Patch(name, owner, attribute, "transformers", TRANSFORMERS_VERSIONS, reason, factory), group)
+def _transformers(
+    group: str, name: str, owner: str, attribute: str, reason: str, factory: Any, family: tuple[str, ...]
+) -> None:
+    """A patch of transformers' model code: outside the tested versions it applies where that code is unchanged."""
+    fingerprints, names = TESTED_SOURCES.get(name, ()), ", ".join(family)
+    versions = TRANSFORMERS_VERSIONS
+    register(
+        Patch(
+            name, owner, attribute, "transformers", versions, reason, factory, fingerprints=fingerprints, family=names
+        ),
+        group,
+    )
 
 
 def _ort(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
@@ -291,13 +303,13 @@ for _method in ("scatter", "scatter_"):
     )  # fmt: skip
 
 # Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export_rewrites/).
-_REGISTERS = {"torch": _torch, "transformers": _transformers}
 for _rewrite in export_rewrites.REWRITES:
     for _replacement in _rewrite.replacements:
-        _REGISTERS[_replacement.package](
-            _rewrite.group, _replacement.name, _replacement.owner, _replacement.attribute, _rewrite.reason,
-            _replacement.factory,
-        )  # fmt: skip
+        _declaration = (_rewrite.group, _replacement.name, _replacement.owner, _replacement.attribute, _rewrite.reason)
+        if _replacement.package == "transformers":
+            _transformers(*_declaration, _replacement.factory, _rewrite.model_types)
+        else:
+            _torch(*_declaration, _replacement.factory)
 
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).

