@@ -211,7 +211,7 @@ def tested_lines(report: Report) -> list[str]:
             installed = metadata.version(distribution)
         except metadata.PackageNotFoundError:
             continue
-        verdict = "tested" if installed in releases else "NOT tested"
+        verdict = "tested" if Version(installed).public in releases else "NOT tested"  # 2.15.0+cpu: 2.15.0
         lines.append(f"{distribution} {installed}: {verdict} (tested: {', '.join(releases)})")
     return lines
 

@@ -5,10 +5,13 @@ and refuses, naming the model types and the symbol, where it changed. `python -m
 the installed release's hashes.
 """
 
+# One hash per patch where transformers 5.23.0 and 5.24.0 hold the same code; two (5.23, 5.24) where 5.24 changed it:
+# the rotary embeddings' forward lost its @torch.no_grad() (the rewrite computes under no_grad itself), HrmTextStack's
+# forward took `cache` for `past_key_values` (the rewrite passes every argument on).
 TESTED_SOURCES: dict[str, tuple[str, ...]] = {
-    "transformers.llama4_rotary_in_export": ("e09f3552503f2961",),
+    "transformers.llama4_rotary_in_export": ("e09f3552503f2961", "8f2fa823a60a9eb3"),
     "transformers.llama4_apply_rotary_in_export": ("294e060528a9374a",),
-    "transformers.deepseek_v2_rotary_in_export": ("e09f3552503f2961",),
+    "transformers.deepseek_v2_rotary_in_export": ("e09f3552503f2961", "8f2fa823a60a9eb3"),
     "transformers.deepseek_v2_apply_rotary_in_export": ("b25d09c30045c8bb",),
     "transformers.cpmant_bool_mask_in_export": ("65de3c4906e541f3",),
     "transformers.reformer_reversible_backward_in_export": ("5c4dc6c060a82a7b",),
@@ -18,5 +21,5 @@ TESTED_SOURCES: dict[str, tuple[str, ...]] = {
     "transformers.longcat_flash_experts_in_export": ("d27768033e0aca30",),
     "transformers.phimoe_multiplier_in_export": ("5fd7d3e03facc273",),
     "transformers.blt_hash_in_export": ("da1b58b483fa7297",),
-    "transformers.hrm_text_stack_detached_in_export": ("a26c15c13a9b09e6",),
+    "transformers.hrm_text_stack_detached_in_export": ("a26c15c13a9b09e6", "1aacc1a3dcbbfde2"),
 }

@@ -189,7 +189,7 @@ def check_torch(torch_version: str) -> None:
     if release not in SpecifierSet(TORCH_VERSIONS):
         raise SourceEditError(
             f"ORTModule's torch extensions are built with ort_zero's source edits for torch{TORCH_VERSIONS}, and "
-            f"torch {torch_version} is installed; install the pinned stack (launch/bootstrap.sh)"
+            f"torch {torch_version} is installed; install one of those (launch/bootstrap.sh: launch/constraints.txt)"
         )
 
 

@@ -149,7 +149,7 @@ def compile_extension(flavour: str, name: str, destination: Path) -> list[str]:
         if result.returncode != 0 or not built:
             raise RuntimeError(
                 f"building ORTModule's {flavour}/{name} extension failed (compiler output above). "
-                "Check that g++ works and that the pinned torch is installed (launch/bootstrap.sh)."
+                "Check that g++ works and that a supported torch is installed (launch/bootstrap.sh)."
             )
         destination.mkdir(parents=True, exist_ok=True)
         for lib in built:

@@ -21,7 +21,7 @@ def test_only_the_chosen_subcommand_is_imported() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('ort_zero.cli.')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "['ort_zero.cli.doctor', 'ort_zero.cli.main']"
+    assert result.stdout.strip() == "['ort_zero.cli.doctor', 'ort_zero.cli.doctor_cuda', 'ort_zero.cli.main']"
 
 
 def test_a_subcommand_that_cannot_import_fails_cleanly(
@@ -134,3 +134,15 @@ def test_what_torch_deprecates_on_ort_zeros_route_is_said_by_the_doctor() -> Non
 
     line = torch_line(Report(), {})
     assert all(name in line for name in ("ORT's exporter", "all_gather_into_tensor", "reduce_scatter_tensor"))
+
+
+def test_tested_versions_say_whether_the_installed_one_is_among_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ort_zero.foreign import versions
+
+    installed = metadata.version("packaging")
+    monkeypatch.setattr(versions, "TESTED", {"packaging": ("0.0.1", installed), "ort-zero-no-such-distribution": ()})
+    report = doctor.Report()
+    assert doctor.tested_lines(report) == [f"packaging {installed}: tested (tested: 0.0.1, {installed})"]
+    monkeypatch.setattr(versions, "TESTED", {"packaging": ("0.0.1",)})
+    assert doctor.tested_lines(report) == [f"packaging {installed}: NOT tested (tested: 0.0.1)"]
+    assert report.problems == []  # the ranges and the patches judge, not this list
