@@ -18,12 +18,15 @@ STAMP="$VENV/.ort_zero-installed"
 CONSTRAINTS="$ROOT/launch/constraints.txt"
 say() { echo "[bootstrap] $*" >&2; }
 die() { echo "[bootstrap] ERROR: $*" >&2; exit 1; }
+# A step is one line: what it does when it starts, how it ended when it ends.
+begin() { printf '[bootstrap] %s ... ' "$*" >&2; }
+end() { echo "$*" >&2; }
 # Run a command with its output in a log file; on failure print that log, then return the command's status.
 quietly() {
     local log="$1" status=0
     shift
     "$@" >"$log" 2>&1 || status=$?
-    [ "$status" -eq 0 ] || { echo "[bootstrap] output of the failed step ($log):" >&2; cat "$log" >&2; }
+    [ "$status" -eq 0 ] || { printf '\n[bootstrap] output of the failed step (%s):\n' "$log" >&2; cat "$log" >&2; }
     return "$status"
 }
 
@@ -61,12 +64,13 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$(pins_hash)" ]; then
   installing the stack needs ~$need_gib GiB there (6.7 GB installed with torch's CUDA wheels, plus pip's downloads).
   Free some space (or point TMPDIR at a larger disk) and run this again."
     done
-    say "installing the stack of launch/constraints.txt into $VENV (first time: several minutes, 6.7 GB with torch's CUDA wheels)"
     PIP_LOG="$VENV/ort_zero-pip.log"
+    begin "installing launch/constraints.txt's stack (first time: several minutes, 6.7 GB with torch's CUDA wheels)"
     quietly "$PIP_LOG" "$VENV/bin/python" -m pip install --upgrade pip setuptools wheel \
         || die "pip cannot reach the package index: check network access to PyPI (or PIP_INDEX_URL)."
     quietly "$PIP_LOG" "$VENV/bin/python" -m pip install -c "$CONSTRAINTS" -e "$ROOT[dev]" \
         || die "pip install -c launch/constraints.txt -e .[dev] failed (pip's output above): a version may be unavailable for this platform."
+    end "$("$VENV/bin/python" -c 'from importlib.metadata import version as v; print(", ".join(f"{n} {v(n)}" for n in ("torch", "transformers")))')"
     pins_hash > "$STAMP"
 else
     say "stack already installed in $VENV"
@@ -74,22 +78,28 @@ fi
 
 # GPU hosts: onnxruntime-training is a CUDA 11.8 build, torch a CUDA 12 one; `import ort_zero` preloads these.
 if "$VENV/bin/python" -c 'import sys; from ort_zero.stack.cuda_libraries import wanted; sys.exit(0 if wanted() else 1)'; then
-    "$VENV/bin/python" -m ort_zero.stack.cuda_libraries check 2>/dev/null \
-        || "$VENV/bin/python" -m ort_zero.stack.cuda_libraries install \
+    begin "the CUDA 11 libraries ORT's CUDA provider needs (first time: a 1.4 GB download)"
+    "$VENV/bin/python" -m ort_zero.stack.cuda_libraries check >/dev/null 2>&1 \
+        || quietly "$VENV/ort_zero-cuda11.log" "$VENV/bin/python" -m ort_zero.stack.cuda_libraries install \
         || die "the CUDA 11 libraries for ORT's CUDA provider could not be installed (output above)."
+    end "installed"
 fi
 
 # Builds only what is missing; the build is cached in ~/.cache/ort_zero keyed on torch/ORT versions.
 EXTENSIONS_LOG="$VENV/ort_zero-extensions.log"
-say "ORTModule's torch C++ extensions (a first build takes a few minutes on 2 cores; compiler output: $EXTENSIONS_LOG)"
+begin "ORTModule's torch C++ extensions (a first build takes a few minutes on 2 cores)"
 quietly "$EXTENSIONS_LOG" "$VENV/bin/python" -m ort_zero.stack.extensions ensure \
     || die "ORTModule's torch C++ extensions could not be built (output above). Run '$VENV/bin/ort-zero doctor'."
-say "$(grep -E '^\[extensions\] (cpu|cuda): ' "$EXTENSIONS_LOG" | sed 's/^\[extensions\] /extensions /' | paste -sd ';' -)"
+if grep -q '^\[extensions\] building' "$EXTENSIONS_LOG"; then how="built (compiler output: $EXTENSIONS_LOG)"
+elif grep -q 'restored from' "$EXTENSIONS_LOG"; then how="restored from ${ORT_ZERO_CACHE:-~/.cache/ort_zero}"
+else how="up to date"; fi
+end "$how: $(grep -E '^\[extensions\] (cpu|cuda): .*\.so' "$EXTENSIONS_LOG" | sed -E 's/^\[extensions\] //; s/\.cpython[^,]*\.so//g' | paste -sd ';' -)"
 SMOKED="$VENV/.ort_zero-smoke-passed"
 if [ ! -f "$SMOKED" ] || [ "$(cat "$SMOKED")" != "$(pins_hash)" ]; then
+    begin "ORTModule smoke test, fallback disabled"
     quietly "$VENV/ort_zero-smoke.log" "$VENV/bin/python" -m ort_zero.stack.extensions smoke \
         || die "ORTModule smoke test failed with fallback disabled. Run '$VENV/bin/ort-zero doctor'."
-    say "$(grep -o 'ORTModule smoke test passed.*' "$VENV/ort_zero-smoke.log")"
+    end "$(grep -o 'passed in ONNX Runtime.*' "$VENV/ort_zero-smoke.log")"
     pins_hash > "$SMOKED"
 fi
 say "ready: $VENV"
