@@ -89,14 +89,13 @@ def _transformers(
     group: str, name: str, owner: str, attribute: str, reason: str, factory: Any, family: tuple[str, ...]
 ) -> None:
     """A patch of transformers' model code: outside the tested versions it applies where that code is unchanged."""
-    fingerprints, names = TESTED_SOURCES.get(name, ()), ", ".join(family)
-    versions = TRANSFORMERS_VERSIONS
     register(
         Patch(
-            name, owner, attribute, "transformers", versions, reason, factory, fingerprints=fingerprints, family=names
+            name, owner, attribute, "transformers", TRANSFORMERS_VERSIONS, reason, factory,
+            fingerprints=TESTED_SOURCES.get(name, ()), family=", ".join(family),
         ),
         group,
-    )
+    )  # fmt: skip
 
 
 def _ort(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:

@@ -71,11 +71,10 @@ class Patch:
                 f"'ort-zero doctor'."
             )
         try:
-            found = fingerprint(self.original if self.applied else self.current())
+            found, change = fingerprint(self.original if self.applied else self.current()), "has changed"
         except (ImportError, AttributeError):
-            found = None
-        if found not in self.fingerprints:
-            change = "has changed" if found else "is gone"
+            found, change = None, "is gone"
+        if found is None or found not in self.fingerprints:
             subject = f"export {self.family} models" if self.family else f"apply its patch '{self.name}'"
             raise UnsupportedVersionError(
                 f"ort_zero cannot {subject} with {self.distribution} {installed}: "
