@@ -340,7 +340,7 @@ _transformers(
     "per expert with torch.histc (no symbolic), eager loops over the routed experts in Python (the trace keeps one "
     "batch's routing), batched_mm copies every expert's weights per (token, expert) pair (3.7x native's memory at "
     "87M): the chosen implementation runs in torch in a PythonOp, its backward by torch's autograd",
-    torch_kernels.experts_in_torch,
+    torch_kernels.experts_in_torch, ("mixture-of-experts",),
 )  # fmt: skip
 
 # Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).

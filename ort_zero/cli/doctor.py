@@ -29,7 +29,8 @@ CHECKED = ("torch", "onnxruntime-training", "deepspeed", "onnx", "mpi4py", "open
 # The `hf` extra (ORTZeroTrainer): reported and judged when installed, not required.
 HUGGING_FACE = ("transformers", "accelerate", "peft")
 SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
-DEPRECATED = "torch deprecates ORT's exporter, DeepSpeed's all_gather_into_tensor and reduce_scatter_tensor"
+# The collectives DeepSpeed's ZeRO-3 calls; torch 2.14 deprecates them (2.15 no longer does).
+COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor")
 
 
 class Report:
@@ -113,7 +114,9 @@ def torch_line(report: Report, requirements: dict[str, Requirement]) -> str:
     cuda = f"CUDA not usable (torch built for CUDA {torch.version.cuda}; runs on CPU)"
     if torch.cuda.is_available():
         cuda = f"CUDA {torch.version.cuda} usable on {torch.cuda.get_device_name(0)}"
-    return f"{version}; {cuda}; {DEPRECATED}"
+    deprecated = [name for name in COLLECTIVES if hasattr(getattr(torch.distributed, name), "__deprecated__")]
+    collectives = f", DeepSpeed's {' and '.join(deprecated)}" if deprecated else ""
+    return f"{version}; {cuda}; torch deprecates ORT's exporter{collectives}"
 
 
 def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:

@@ -22,4 +22,5 @@ TESTED_SOURCES: dict[str, tuple[str, ...]] = {
     "transformers.phimoe_multiplier_in_export": ("5fd7d3e03facc273",),
     "transformers.blt_hash_in_export": ("da1b58b483fa7297",),
     "transformers.hrm_text_stack_detached_in_export": ("a26c15c13a9b09e6", "1aacc1a3dcbbfde2"),
+    "transformers.experts_in_torch": ("2ea25e59653c89ed",),
 }

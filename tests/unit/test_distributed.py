@@ -132,5 +132,6 @@ def test_the_deprecated_collectives_are_not_said_under_ort_zero(how: str, tmp_pa
         name: done.stderr.count(f"`torch.distributed.{name}` is deprecated")
         for name in ("all_gather_into_tensor", "reduce_scatter_tensor")
     }
-    assert said == dict.fromkeys(said, 0 if how == "enabled" else 5), done.stderr[-3000:]
+    deprecated = all(hasattr(getattr(dist, name), "__deprecated__") for name in said)  # torch 2.14: yes; 2.15: no
+    assert said == dict.fromkeys(said, 5 if how == "native" and deprecated else 0), done.stderr[-3000:]
     assert done.stderr.count("UserWarning: another warning") == 5

@@ -17,6 +17,10 @@ from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.output_structures import OutputTemplate, UnflattenableOutput, take_apart
 
 
+def plain_attributes(layer: object) -> dict[str, object]:
+    return {name: value for name, value in vars(layer).items() if not isinstance(value, torch.Tensor)}
+
+
 def filled_cache(layers: int = 2) -> DynamicCache:
     cache = DynamicCache()
     for layer in range(layers):
@@ -57,7 +61,7 @@ def test_a_cache_in_a_model_output_comes_back_with_new_tensors() -> None:
     for new, old in zip(new_cache.layers, cache.layers, strict=True):
         assert type(new) is type(old) and new is not old
         assert torch.equal(new.keys, old.keys * 2) and torch.equal(new.values, old.values * 2)
-        assert new.is_initialized and new.dtype == old.dtype
+        assert new.is_initialized and plain_attributes(new) == plain_attributes(old)  # 5.24 keeps no dtype
     assert new_cache.get_seq_length() == cache.get_seq_length() == 3
     assert "6 tensors" in repr(template)
 
