@@ -174,9 +174,12 @@ def patch_lines(report: Report) -> list[str]:
     for patch in declared:
         state = "applied" if patch.applied else "not applied"
         try:
+            installed = Version(metadata.version(patch.distribution))
             patch.check_version()
-            if Version(metadata.version(patch.distribution)) not in SpecifierSet(patch.versions):
+            if installed not in SpecifierSet(patch.versions):
                 state += f", the code it replaces is as in the tested {patch.distribution}"
+        except metadata.PackageNotFoundError:  # an optional integration's package (trl); the stack's: check_pin's
+            state += f", {patch.distribution} not installed"
         except patches.UnsupportedVersionError:
             state += f", UNSUPPORTED by the installed {patch.distribution}"
             report.problem(f"patch {patch.name} does not support the installed {patch.distribution}")

@@ -150,3 +150,17 @@ def test_tested_versions_say_whether_the_installed_one_is_among_them(monkeypatch
     monkeypatch.setattr(versions, "TESTED", {"packaging": ("0.0.1",)})
     assert doctor.tested_lines(report) == [f"packaging {installed}: NOT tested (tested: 0.0.1)"]
     assert report.problems == []  # the ranges and the patches judge, not this list
+
+
+def test_a_patch_of_a_package_not_installed_is_no_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An optional integration's patch (TRL's) where that package is absent: said, not counted against the stack."""
+    from ort_zero import patching
+
+    monkeypatch.setattr(patching, "_REGISTRY", {})
+    monkeypatch.setattr(patching, "_GROUPS", {})
+    package = "ort-zero-no-such-distribution"
+    patching.register(patching.Patch("absent", "json", "dumps", package, ">=1", "test", lambda f: f), "g")
+    report = doctor.Report()
+    lines = doctor.patch_lines(report)
+    assert lines[1].endswith(f"({package}>=1; not applied, {package} not installed)")
+    assert report.problems == []
