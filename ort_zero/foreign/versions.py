@@ -19,4 +19,5 @@ TESTED = {
     "transformers": ("5.23.0", "5.24.0"),
     "accelerate": ("1.15.0",),
     "peft": ("0.21.2",),
+    "trl": ("1.16.0",),  # optional: not in setup.py (docs/huggingface.md)
 }
