@@ -24,6 +24,9 @@ HUGGING_FACE = [
     "peft>=0.21.2,<0.22",  # LoRA; measured: 0.21.2
 ]
 
+# TRL's trainers (ort_zero.integrations.trl) and their tests; measured: 1.16.0.
+TRL = ["trl>=1.16,<1.17"]
+
 setup(
     name="ort_zero",
     version="0.1.0",
@@ -35,9 +38,10 @@ setup(
     install_requires=STACK,
     extras_require={
         "hf": HUGGING_FACE,
-        "test": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, "psutil"],
+        "trl": [*HUGGING_FACE, *TRL],
+        "test": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, *TRL, "psutil"],
         "bench": ["matplotlib==3.11.2"],  # the RSS plots of benchmarks/bench_real_size.py
-        "dev": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, "psutil", "ruff==0.17.6", "matplotlib==3.11.2"],
+        "dev": ["pytest>=8", "pytest-timeout", *HUGGING_FACE, *TRL, "psutil", "ruff==0.17.6", "matplotlib==3.11.2"],
     },
     entry_points={"console_scripts": ["ort-zero=ort_zero.cli.main:main"]},
 )

@@ -516,10 +516,10 @@ _torch(
 )  # fmt: skip
 
 
-def _trl_integration() -> Any:
-    from .integrations import trl
+def _foreign_gathers() -> Any:
+    from .zero3 import foreign_gathers
 
-    return trl
+    return foreign_gathers
 
 
 # TRL's trainers in ORT (ort_zero/integrations/trl.py): applied when an ORTZeroTrainer is created with TRL imported.
@@ -531,7 +531,7 @@ register(
         "TRL's ChunkedLogProbFunction gathers the LM head's ZeRO-3 parameters again in its backward; run by ORT as a "
         "PythonOp it receives the full tensors ort_zero's bridges gathered (plain tensors, no ds_status): only "
         "ZeRO-3 parameters are gathered, the rest are full already",
-        _deferred(lambda: _trl_integration().gathering_parameters_only),
+        _deferred(lambda: _foreign_gathers().gathering_parameters_only),
     ),
     TRL,
 )  # fmt: skip

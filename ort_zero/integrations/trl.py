@@ -12,9 +12,7 @@ be the same model run in PyTorch between ORT's forward and backward, which gives
 
 from __future__ import annotations
 
-import functools
 import inspect
-from collections.abc import Callable
 from typing import Any
 
 from trl import DPOTrainer, SFTTrainer
@@ -46,14 +44,3 @@ def _is_peft(model: Any) -> bool:
     except ImportError:
         return False
     return isinstance(model, PeftModel)
-
-
-def gathering_parameters_only(gather: Callable[..., Any]) -> Callable[..., Any]:
-    """TRL's `maybe_gather_lm_head_ctx` for the ZeRO-3 parameters among `params` only: in ORT the autograd Function
-    that calls it gets the gathered tensors of ort_zero's bridges, which need no gather (and have no ZeRO-3 state)."""
-
-    @functools.wraps(gather)
-    def maybe_gather_lm_head_ctx(*params: Any) -> Any:
-        return gather(*(param for param in params if hasattr(param, "ds_id")))
-
-    return maybe_gather_lm_head_ctx

@@ -10,7 +10,8 @@ pytest.importorskip("trl")
 peft = pytest.importorskip("peft")
 
 from ort_zero.integrations.hf_trainer import UnsupportedInORT  # noqa: E402
-from ort_zero.integrations.trl import ORTDPOTrainer, gathering_parameters_only  # noqa: E402
+from ort_zero.integrations.trl import ORTDPOTrainer  # noqa: E402
+from ort_zero.zero3.foreign_gathers import gathering_parameters_only  # noqa: E402
 
 
 class Tiny(torch.nn.Module):
