@@ -332,6 +332,13 @@ _ort(
     "(ort_zero/ort/torch_kernels/failures.py) is raised as the step's error, naming the layer and what to pick",
     torch_kernels.raising_kernel_failure,
 )  # fmt: skip
+_torch(
+    _TORCH_KERNELS, "torch.linear_as_torch_matmul", "torch.nn:Linear", "forward",
+    "ORT 1.19.2's CPU MatMul takes 1.26-1.34x torch's time on a LLaMA-160M's linear layers at seq 1024 (one thread), "
+    "and at long sequences a step is matmuls (ORT-ZeRO3's step 1.26x native's): nn.Linear runs as torch's matmuls in "
+    "a PythonOp, on the module's own ZeRO-3 parameters",
+    torch_kernels.linear_in_torch,
+)  # fmt: skip
 _TORCH_EXPERTS = "torch_kernels_experts"
 _transformers(
     _TORCH_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",

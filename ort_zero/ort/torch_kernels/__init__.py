@@ -1,6 +1,8 @@
 """Computations ORT runs as torch's own kernels, inside its graph, where ONNX ops would cost memory or cannot
-express them: attention (`attention`: torch's fused scaled-dot-product kernel) and mixture-of-experts blocks
-(`experts`: the experts implementation a model picks, grouped matmuls for transformers' default). Each is a
+express them: attention (`attention`: torch's fused scaled-dot-product kernel), mixture-of-experts blocks
+(`experts`: the experts implementation a model picks, grouped matmuls for transformers' default) and linear layers
+(`linear`: torch's matmuls, faster than ORT's on CPU), the last two on their module's own ZeRO-3 parameters
+(`modules`). Each is a
 PythonOp replacement applied while a ZeRO-3 model is exported (ort_zero.patches), and each PythonOp may be run again
 by the layer-wise recompute (`RECOMPUTABLE`): what it keeps for its backward is its kernel's own state, which the
 recompute re-creates in the backward instead of keeping it from the forward.
@@ -12,11 +14,14 @@ from ...python_op import function_name
 from .attention import ScaledDotProductAttention, draws_dropout, sdpa_in_torch
 from .experts import ExpertsInTorch, experts_in_torch
 from .failures import raising_kernel_failure
+from .linear import LinearInTorch, linear_in_torch
 
 __all__ = [
-    "RECOMPUTABLE", "ExpertsInTorch", "ScaledDotProductAttention", "draws_dropout", "experts_in_torch",
-    "raising_kernel_failure", "sdpa_in_torch",
+    "RECOMPUTABLE", "ExpertsInTorch", "LinearInTorch", "ScaledDotProductAttention", "draws_dropout", "experts_in_torch",
+    "linear_in_torch", "raising_kernel_failure", "sdpa_in_torch",
 ]  # fmt: skip
 
-RECOMPUTABLE = frozenset({function_name(ScaledDotProductAttention), function_name(ExpertsInTorch)})
+RECOMPUTABLE = frozenset(
+    {function_name(ScaledDotProductAttention), function_name(ExpertsInTorch), function_name(LinearInTorch)}
+)
 """The PythonOps the layer-wise recompute may copy into the backward (their forward has no side effect)."""

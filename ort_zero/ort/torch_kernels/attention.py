@@ -11,6 +11,7 @@ again in the backward (`RECOMPUTABLE`), as it re-runs the rest of a layer. `eage
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -36,14 +37,12 @@ class ScaledDotProductAttention(torch.autograd.Function):
         scale: float | None,
         enable_gqa: bool,
     ) -> torch.Tensor:
-        def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *mask: torch.Tensor) -> torch.Tensor:
-            return _torch_attention(
-                query, key, value, mask[0] if mask else None, dropout_p, is_causal, scale, enable_gqa
-            )
-
         if attn_mask is not None and attn_mask.dtype == torch.uint8:
             attn_mask = attn_mask.bool()  # ORT hands a bool tensor over DLPack as uint8, which sdpa refuses
         tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
+        attend = functools.partial(
+            _torch_attention, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+        )
         return forward_keeping_graph(ctx, attend, tensors, differentiable=(True, True, True, False)[: len(tensors)])
 
     @staticmethod
@@ -61,23 +60,14 @@ class ScaledDotProductAttention(torch.autograd.Function):
 
 
 def _torch_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
     """torch's kernel; a call it refuses is an error that says what to pick instead."""
     try:
-        return torch.ops.aten.scaled_dot_product_attention(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-        )
+        return torch.ops.aten.scaled_dot_product_attention(query, key, value, attn_mask, **options)
     except RuntimeError as error:
         mask = "no mask" if attn_mask is None else f"a {attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}"
-        refused = f"query {tuple(query.shape)} {query.dtype} with {mask} (is_causal={is_causal})"
+        refused = f"query {tuple(query.shape)} {query.dtype} with {mask} (is_causal={options['is_causal']})"
         raise kernel_failure(
             "scaled_dot_product_attention", refused, error,
             "load the model with attn_implementation='eager' (attention as ONNX ops)",

@@ -43,6 +43,7 @@ from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge, StepStar
 
 FLOAT = TensorProto.FLOAT
 LOGGER = "ort_zero.ort.passes.recompute"
+NOTHING_RECOMPUTED = {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0, "recomputed_python_ops": {}}
 FOREIGN = "user_code.ScaleFunction"  # an autograd Function of the user's: a PythonOp that is not an ort_zero bridge
 
 
@@ -393,13 +394,7 @@ def test_the_hand_built_graph_has_what_the_pass_must_remove(keys: Keys) -> None:
     for t in ("l0", "l1"):
         assert {f"{t}_dropout_grad <- {t}_mask", f"{t}_act_grad <- {t}_h", f"{t}_x_flat <- {t}_xi"} <= set(reads)
     assert sorted(forward_gathered_reads(graph)) == ["final_dx <- final_wt", "l0_dx <- l0_wt", "l1_dx <- l1_wt"]
-    assert recompute_record(graph) == {
-        "level": 0,
-        "layers": [],
-        "plans": {},
-        "recomputed_nodes": 0,
-        "recomputed_python_ops": {},
-    }
+    assert recompute_record(graph) == NOTHING_RECOMPUTED
 
 
 def test_level_0_only_seeds_the_dropouts(keys: Keys) -> None:
@@ -419,13 +414,7 @@ def test_level_0_only_seeds_the_dropouts(keys: Keys) -> None:
             del node.attribute[:]
             node.attribute.extend(kept)
     assert graph.SerializeToString() == before.SerializeToString()
-    assert recompute_record(graph) == {
-        "level": 0,
-        "layers": [],
-        "plans": {},
-        "recomputed_nodes": 0,
-        "recomputed_python_ops": {},
-    }
+    assert recompute_record(graph) == NOTHING_RECOMPUTED
 
 
 def test_level_1_recomputes_each_layer_in_its_backward(keys: Keys) -> None:

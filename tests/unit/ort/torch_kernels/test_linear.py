@@ -1,0 +1,47 @@
+"""Linear layers as torch's matmuls in ORT's graph (ort_zero/ort/torch_kernels/linear.py): a LLaMA (its projections,
+MLP and LM head) trains in ORT with PyTorch's loss and gradients, every nn.Linear one PythonOp, no MatMul of ORT's
+reading a weight; a LoRA-frozen base layer gets no weight gradient."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ort_zero.foreign import ortmodule as ort_internals
+from ort_zero.ort.torch_kernels import LinearInTorch
+from ort_zero.python_op import function_name, function_name_of
+
+KERNEL = function_name(LinearInTorch)
+TrainStep = Callable[..., dict]
+LAYERS = 2
+
+
+def _llama() -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    return LlamaForCausalLM._from_config(config, attn_implementation="eager")
+
+
+def test_every_linear_runs_in_torch(train_step: TrainStep) -> None:
+    result = train_step(_llama, ("torch_kernels",))
+    graph = ort_internals.optimized_model(ort_internals.execution_manager(result["model"], training=True)).graph
+    kernels = [
+        node for node in graph.node if node.op_type == "PythonOp" and KERNEL.encode() in node.SerializeToString()
+    ]
+    assert len(kernels) == 7 * LAYERS + 1  # q, k, v, o, gate, up, down per layer; the LM head
+    weights = {init.name for init in graph.initializer} | {i.name for i in graph.input if "weight" in i.name}
+    assert not [node.name for node in graph.node if node.op_type == "MatMul" and set(node.input) & weights]
+
+
+def test_a_frozen_linear_gets_no_weight_gradient(train_step: TrainStep) -> None:
+    def frozen_projections() -> LlamaForCausalLM:
+        model = _llama()
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.requires_grad_(False)
+        return model
+
+    result = train_step(frozen_projections, ("torch_kernels",))  # the same gradients: none for the frozen weights
+    assert KERNEL in result["record"]["python_ops"]
