@@ -28,9 +28,7 @@ def _llama() -> LlamaForCausalLM:
 def test_every_linear_runs_in_torch(train_step: TrainStep) -> None:
     result = train_step(_llama, ("torch_kernels",))
     graph = ort_internals.optimized_model(ort_internals.execution_manager(result["model"], training=True)).graph
-    kernels = [
-        node for node in graph.node if node.op_type == "PythonOp" and KERNEL.encode() in node.SerializeToString()
-    ]
+    kernels = [node for node in graph.node if function_name_of(node) == KERNEL]
     assert len(kernels) == 7 * LAYERS + 1  # q, k, v, o, gate, up, down per layer; the LM head
     weights = {init.name for init in graph.initializer} | {i.name for i in graph.input if "weight" in i.name}
     assert not [node.name for node in graph.node if node.op_type == "MatMul" and set(node.input) & weights]
