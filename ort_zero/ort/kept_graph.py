@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from ..hooks.export_mode import is_exporting
+
 
 def forward_keeping_graph(
     ctx: Any,
@@ -25,7 +27,7 @@ def forward_keeping_graph(
     others (masks, indices) get no gradient, but are copied too, as the graph may read them in the backward."""
     differentiable = differentiable or (True,) * len(tensors)
     wanted = tuple(w and d for w, d in zip(ctx.needs_input_grad[: len(tensors)], differentiable, strict=True))
-    keep = any(wanted)
+    keep = any(wanted) and not is_exporting()  # the trace's forward has no backward
     with torch.enable_grad():
         inputs = tuple(
             (t.detach().clone() if keep else t.detach()).requires_grad_(w) for t, w in zip(tensors, wanted, strict=True)

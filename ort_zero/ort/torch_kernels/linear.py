@@ -3,9 +3,8 @@
 ORT 1.19.2's CPU MatMul (MLAS) takes 1.26x torch's time for a LLaMA-160M MLP's [1024, 768] x [768, 3072] and 1.34x
 for its LM head's [1024, 768] x [768, 32000] (one thread each, measured 2026-11-26), and at long sequences a step is
 matmuls: ORT-ZeRO3's step at seq 1024 took 1.26x native's. While a ZeRO-3 model is exported, `nn.Linear.forward`
-runs as `LinearInTorch`, a PythonOp whose forward and backward are torch's, on the module's own ZeRO-3 parameters
-(`modules`), as DeepSpeed's own ZeRO-3 linear runs in torch. The layer-wise recompute re-runs it like the rest of a
-layer.
+runs as `LinearInTorch`, a PythonOp whose forward and backward are torch's matmuls, as DeepSpeed's own ZeRO-3 linear
+runs in torch. The layer-wise recompute re-runs it like the rest of a layer.
 """
 
 from __future__ import annotations
@@ -15,26 +14,45 @@ from typing import Any
 
 import torch
 
-from .modules import backward_on_own_params, forward_on_own_params, own_params
+from ...hooks.export_mode import is_exporting
+from .modules import own_params
 
 
 class LinearInTorch(torch.autograd.Function):
-    """`forward(linear, input)` (nn.Linear's own) run by torch; `params` are the module's own parameters as ORT has
-    them (gathered)."""
+    """`F.linear(input, weight, bias)` by torch's matmuls, its backward written out: it keeps a copy of the input
+    (for the weight's gradient) and reads the weight from the module in the backward, where DeepSpeed has gathered it
+    again (the module's post-forward bridge), so nothing of the forward's gathered weight is held. `params` are the
+    module's own parameters as ORT has them (gathered), in `own_params` order."""
 
     @staticmethod
     def forward(
         ctx: Any,
         input: torch.Tensor,
         linear: torch.nn.Module,
-        forward: Callable[..., torch.Tensor],
         *params: torch.Tensor,
     ) -> torch.Tensor:
-        return forward_on_own_params(ctx, linear, forward, (input,), params)
+        gathered = dict(zip((name for name, _ in linear.named_parameters(recurse=False)), params, strict=True))
+        ctx.linear = linear
+        ctx.params = [(p, g.shape, g.dtype) for p, g in zip(own_params(linear), params, strict=True)]
+        keep = linear.weight.requires_grad and not is_exporting()  # the trace's forward has no backward
+        ctx.input = input.detach().clone() if keep else None
+        return torch.nn.functional.linear(input, gathered["weight"], gathered.get("bias"))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return backward_on_own_params(ctx, grad, inputs=1, non_tensors=2)
+        weight = ctx.linear.weight
+        rows = grad.reshape(-1, grad.shape[-1])
+        input_grad = grad @ weight if ctx.needs_input_grad[0] else None
+        param_grads = []
+        for (param, shape, dtype), asked in zip(ctx.params, ctx.needs_input_grad[2:], strict=True):
+            if param is weight and param.requires_grad:
+                param_grads.append(rows.t() @ ctx.input.reshape(-1, ctx.input.shape[-1]))
+            elif param.requires_grad:  # the bias
+                param_grads.append(rows.sum(0))
+            else:  # frozen: zeros where ORT asks (what None means)
+                param_grads.append(torch.zeros(shape, dtype=dtype, device=grad.device) if asked else None)
+        ctx.input = ctx.linear = None
+        return (input_grad, None, *param_grads)
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
@@ -52,6 +70,6 @@ def linear_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torc
     def forward(self: torch.nn.Module, input: torch.Tensor) -> torch.Tensor:
         if not isinstance(input, torch.Tensor) or not input.is_floating_point() or input.is_nested:
             return replaced(self, input)
-        return LinearInTorch.apply(input, self, replaced, *own_params(self))
+        return LinearInTorch.apply(input, self, *own_params(self))
 
     return forward

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ...hooks.export_mode import is_exporting
 from ..kept_graph import backward_through_graph
 
 
@@ -32,11 +33,10 @@ def forward_on_own_params(
     gathered: tuple[torch.Tensor, ...],
 ) -> torch.Tensor:
     """`run(module, *inputs)` by torch with autograd on, its graph kept in `ctx` for `backward_on_own_params`. The
-    floating-point inputs ORT differentiates are copied (ORT reuses its buffers after the forward), the others too
-    when the graph is kept (it may read them in the backward)."""
+    inputs are copied when the graph is kept (ORT reuses their buffers after the forward; the graph reads them)."""
     own = own_params(module)
     wanted = [w and t.is_floating_point() for t, w in zip(inputs, ctx.needs_input_grad, strict=False)]
-    keep = any(ctx.needs_input_grad)
+    keep = any(ctx.needs_input_grad) and not is_exporting()  # the trace's forward has no backward
     with torch.enable_grad(), _holding(own, gathered):
         copies = [
             (t.detach().clone() if keep else t.detach()).requires_grad_(w) for t, w in zip(inputs, wanted, strict=True)
@@ -49,7 +49,9 @@ def forward_on_own_params(
     ctx.frozen_asked = [
         (g.shape, g.dtype) if a and not p.requires_grad else None for p, g, a in zip(own, gathered, asked, strict=True)
     ]
-    return output.detach().clone(memory_format=torch.contiguous_format) if keep else output.contiguous()
+    # ORT gets the output's storage, not a copy: neither a matmul's backward nor the experts' reads its output's
+    # values, so a buffer ORT reuses after the forward changes nothing the backward needs, and no output is held twice
+    return output.detach().contiguous()
 
 
 def backward_on_own_params(ctx: Any, grad: torch.Tensor, inputs: int, non_tensors: int) -> tuple[Any, ...]:
