@@ -99,7 +99,8 @@ class Region:
         (training_mode 0): nothing is kept for a backward that will not read it, and ORT holds no context."""
         for i in self.nodes:
             node = self.view.nodes[i]
-            if node.op_type == "PythonOp" and node.output[0] in self.copies and not _not_recomputable(node):
+            copied = self.copies.get(node.output[0], node.output[0]) != node.output[0]
+            if node.op_type == "PythonOp" and copied and not _not_recomputable(node):
                 for attribute in node.attribute:
                     if attribute.name == "training_mode":
                         attribute.i = 0
@@ -138,7 +139,7 @@ class Region:
                 copy = (yield from self._params_bridge(key, node, input_count)).output[slot - input_count]
         elif name == function_name(PostForwardBridge):
             copy = yield node.input[slot - 1]
-        elif reason := _not_recomputable(node):
+        elif reason := _not_recomputable(node) or self._reads_parameters_gathered_outside(node):
             self.kept.append(f"{self.path}: {value} ({reason})")
             copy = value
         else:
@@ -147,6 +148,21 @@ class Region:
             copy = copied[slot]
         self.copies[value] = copy
         return copy
+
+    def _reads_parameters_gathered_outside(self, node: onnx.NodeProto) -> str:
+        """A torch kernel whose parameters another module gathers (a tied weight): a copy would read the forward's
+        gathered copy, kept alive for it; the kernel keeps its own state instead."""
+        if node.op_type != "PythonOp":
+            return ""
+        for value in node.input:
+            producer = self.view.producer.get(value)
+            if producer is None or producer == self.pre or producer in self.nodes:
+                continue
+            bridge = self.view.nodes[producer]
+            if function_name_of(bridge) == function_name(PreForwardBridge):
+                if list(bridge.output).index(value) > ints_attribute(bridge, "input_int_scalars")[1]:
+                    return "it reads a parameter another module gathers"
+        return ""
 
     def _copy_node(self, node: onnx.NodeProto) -> Generator[str, str, list[str]]:
         copy = onnx.NodeProto()
