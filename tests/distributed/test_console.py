@@ -33,6 +33,8 @@ JOBS = {  # example -> (its options, how it says native and ORT)
 
 
 PROGRESS_BAR = re.compile(r"train:[^\]]*\]")  # the example's tqdm bar, redrawn in place and cut by other output
+# Numbers, with a decimal exponent: the Trainer prints a metric as '0.0123' in one run and '9.8e-05' in another.
+NUMBER = re.compile(r"[0-9]+(?:[eE][-+]?[0-9]+)?")
 
 
 # DeepSpeed 0.19.8 calls collectives that torch 2.14 deprecates, and torch warns (two lines) at calls, natively too,
@@ -42,9 +44,9 @@ PER_COLLECTIVE = ("instead.", "return func(*args, **kwargs)")
 
 
 def kinds_of_lines(output: str) -> list[str]:
-    """Each printed line without progress bars, digits and runs of spaces; lines that held only a bar go."""
+    """Each printed line without progress bars, numbers and runs of spaces; lines that held only a bar go."""
     lines = [PROGRESS_BAR.sub("", line) for line in output.splitlines()]
-    kinds = [re.sub(r"\s+", " ", re.sub(r"[0-9]+", "", line)).strip() for line in lines]
+    kinds = [re.sub(r"\s+", " ", NUMBER.sub("", line)).strip() for line in lines]
     return [kind for kind in kinds if kind]
 
 
