@@ -33,8 +33,8 @@ JOBS = {  # example -> (its options, how it says native and ORT)
 
 
 PROGRESS_BAR = re.compile(r"train:[^\]]*\]")  # the example's tqdm bar, redrawn in place and cut by other output
-# Numbers, with a decimal exponent: the Trainer prints a metric as '0.0123' in one run and '9.8e-05' in another.
-NUMBER = re.compile(r"[0-9]+(?:[eE][-+]?[0-9]+)?")
+# Numbers whole, with their decimals and exponent: the Trainer prints a metric as '374' in one run, '26.75' in another.
+NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 
 # DeepSpeed 0.19.8 calls collectives that torch 2.14 deprecates, and torch warns (two lines) at calls, natively too,
