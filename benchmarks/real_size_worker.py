@@ -113,6 +113,7 @@ def main() -> None:
             seconds, rss, usage = time.perf_counter() - self.began, rss_mib(), resource.getrusage(resource.RUSAGE_SELF)
             before = self.usage_before
             step = {
+                "began_s": self.began - sampler.start_time,  # on the RSS samples' clock: peaks per step
                 "seconds": seconds,
                 "user_s": usage.ru_utime - before.ru_utime,  # the process's own work, every thread
                 "sys_s": usage.ru_stime - before.ru_stime,  # the kernel's for it: page faults, collectives' I/O

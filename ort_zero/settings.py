@@ -28,8 +28,8 @@ def recompute_level() -> int:
 
 
 def trim_after_backward() -> bool:
-    """Whether ORT training sessions hand the heap's free pages back to the OS after each backward
-    (ORT_ZERO_TRIM_AFTER_BACKWARD, default 1; why: `ort_zero.ort.footprint`)."""
+    """Whether ORT training sessions hand the heap's free pages back to the OS after each backward and after their
+    first forward (ORT_ZERO_TRIM_AFTER_BACKWARD, default 1; why: `ort_zero.ort.footprint`)."""
     raw = os.environ.get("ORT_ZERO_TRIM_AFTER_BACKWARD", "1").strip() or "1"
     if raw not in {"0", "1"}:
         raise ValueError(f"ORT_ZERO_TRIM_AFTER_BACKWARD={raw!r}: use 1 (trim, the default) or 0")

@@ -65,6 +65,26 @@ def trimmed_after_backward(run_backward: Any) -> Any:
     return run_backward_then_trim
 
 
+def trimmed_after_first_forward(run_forward: Any) -> Any:
+    """Wraps `TrainingAgent.run_forward`: a session's first forward leaves the export's garbage and its own first
+    run's (ORT copies every PythonOp input once to learn what the op saves) in glibc's heap, where the first backward
+    cannot reuse all of it: measured on a 162M LLaMA at seq 1024 (2 CPU ranks), 1.25 GiB per rank came back from the
+    heap after the first forward where later forwards leave 0.36, and the first step's peak fell by 0.37 GiB. Once per
+    session, about 50 ms."""
+
+    @functools.wraps(run_forward)
+    def run_forward_then_trim_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = run_forward(self, *args, **kwargs)
+        if not getattr(self, "_ort_zero_first_forward_trimmed", False):
+            self._ort_zero_first_forward_trimmed = True
+            on_cpu = ortmodule.agent_session(self).get_providers()[0] == "CPUExecutionProvider"
+            if on_cpu and settings.trim_after_backward():
+                return_freed_heap()
+        return result
+
+    return run_forward_then_trim_once
+
+
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
                 "fordblks keepcost".split()]  # fmt: skip
