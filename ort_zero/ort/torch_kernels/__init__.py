@@ -1,10 +1,10 @@
 """Computations ORT runs as torch's own kernels, inside its graph, where ONNX ops would cost memory or cannot
 express them: attention (`attention`: torch's fused scaled-dot-product kernel), mixture-of-experts blocks
-(`experts`: the experts implementation a model picks, grouped matmuls for transformers' default) and linear layers
-(`linear`: torch's matmuls, faster than ORT's on CPU), the last two on their module's own ZeRO-3 parameters
-(`modules`). Each is a
-PythonOp replacement applied while a ZeRO-3 model is exported (ort_zero.patches), and each PythonOp may be run again
-by the layer-wise recompute (`RECOMPUTABLE`): what it keeps for its backward is its kernel's own state, which the
+(`experts`: the experts implementation a model picks, grouped matmuls for transformers' default), linear layers
+(`linear`: torch's matmuls, faster than ORT's on CPU) and the loss (`cross_entropy`: torch's, 3x faster than ORT's
+on CPU); experts and linear layers run on their module's own ZeRO-3 parameters (`modules`). Each is a PythonOp
+replacement applied while a ZeRO-3 model is exported (ort_zero.patches); those in a layer may be run again by the
+layer-wise recompute (`RECOMPUTABLE`): what each keeps for its backward is its kernel's own state, which the
 recompute re-creates in the backward instead of keeping it from the forward.
 """
 
@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from ...python_op import function_name
 from .attention import ScaledDotProductAttention, draws_dropout, sdpa_in_torch
+from .cross_entropy import CrossEntropyInTorch, cross_entropy_in_torch
 from .experts import ExpertsInTorch, experts_in_torch
 from .failures import raising_kernel_failure
 from .linear import LinearInTorch, linear_in_torch
 
 __all__ = [
-    "RECOMPUTABLE", "ExpertsInTorch", "LinearInTorch", "ScaledDotProductAttention", "draws_dropout", "experts_in_torch",
-    "linear_in_torch", "raising_kernel_failure", "sdpa_in_torch",
+    "RECOMPUTABLE", "CrossEntropyInTorch", "ExpertsInTorch", "LinearInTorch", "ScaledDotProductAttention",
+    "cross_entropy_in_torch", "draws_dropout", "experts_in_torch", "linear_in_torch", "raising_kernel_failure",
+    "sdpa_in_torch",
 ]  # fmt: skip
 
 RECOMPUTABLE = frozenset(
