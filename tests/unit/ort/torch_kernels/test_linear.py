@@ -4,10 +4,13 @@ reading a weight; a LoRA-frozen base layer gets no weight gradient."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
+import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from ort_zero import patches
 from ort_zero.foreign import ortmodule as ort_internals
 from ort_zero.ort.torch_kernels import LinearInTorch
 from ort_zero.python_op import function_name, function_name_of
@@ -43,3 +46,26 @@ def test_a_frozen_linear_gets_no_weight_gradient(train_step: TrainStep) -> None:
 
     result = train_step(frozen_projections, ("torch_kernels",))  # the same gradients: none for the frozen weights
     assert KERNEL in result["record"]["python_ops"]
+
+
+def _kept_inputs() -> list[torch.Tensor]:
+    """The input copies the live LinearInTorch contexts keep for their backward."""
+    return [
+        obj.input
+        for obj in gc.get_objects()
+        if isinstance(obj, torch.autograd.function.BackwardCFunction)
+        and getattr(obj, "_forward_cls", None) is LinearInTorch
+        and isinstance(getattr(obj, "input", None), torch.Tensor)
+    ]
+
+
+def test_linears_reading_the_same_input_keep_one_copy(train_step: TrainStep) -> None:
+    model = train_step(_llama, ("torch_kernels",))["model"]
+    ids = torch.randint(0, 96, (2, 24))
+    with patches.applied("torch_kernels"):
+        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
+        kept = _kept_inputs()
+        loss.backward()
+    # per layer: q, k, v share one copy, o its own, gate and up share one, down its own; and the LM head's
+    assert len(kept) == 7 * LAYERS + 1
+    assert len({t.data_ptr() for t in kept}) == 4 * LAYERS + 1
