@@ -52,8 +52,7 @@ class StopRequest:
         same step boundary, from the main thread)."""
         stop = self.signalled
         if dist.is_available() and dist.is_initialized():
-            device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-            flag = torch.tensor([int(stop)], dtype=torch.int32, device=device)
+            flag = torch.tensor([int(stop)], dtype=torch.int32, device=collective_device())
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             stop = bool(flag.item())
         if stop and not self.stopping:
@@ -61,3 +60,10 @@ class StopRequest:
             if self._installed:  # ignored from now on (SIG_IGN also outlasts the interpreter's own shutdown)
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return stop
+
+
+def collective_device() -> torch.device:
+    """Where a small tensor for a collective lives: the current GPU under nccl, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

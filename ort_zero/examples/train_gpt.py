@@ -35,6 +35,7 @@ from tqdm import tqdm
 import ort_zero
 from ort_zero import settings
 from ort_zero.data import load_corpus, sample_batch
+from ort_zero.disk_space import NotEnoughSpace, deepspeed_checkpoint_bytes, require_space
 from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
 from ort_zero.examples.rank_run import (
@@ -88,6 +89,8 @@ class Trainer:
 
     def save(self, next_step: int) -> None:
         """Every rank writes its ZeRO partition; `next_step` is where a resumed run starts."""
+        needed = deepspeed_checkpoint_bytes(self.checkpoint_dir, self.engine.module)
+        require_space(self.checkpoint_dir, needed, f"the checkpoint of step {next_step}")  # on every rank, or none
         self.engine.save_checkpoint(str(self.checkpoint_dir), client_state={"next_step": next_step})
 
     def resume(self) -> int:
@@ -282,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         if stopped_at is not None and rank == 0:
             print(f"train_gpt: SIGTERM: saved step {stopped_at} and stopped; continue with --resume", file=sys.stderr)
         shut_down_distributed()
+    except NotEnoughSpace as error:
+        print(f"train_gpt: error (rank {rank}): {error}", file=sys.stderr)
+        return 1
     except RuntimeError as error:
         if not lost_contact(error):
             raise

@@ -33,6 +33,7 @@ import torch
 from deepspeed.accelerator import get_accelerator
 
 from ort_zero.data import CorpusWindows, load_corpus
+from ort_zero.disk_space import NotEnoughSpace
 from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_zero_stage, load_config
 from ort_zero.examples.hf_models import build_model
@@ -200,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         write_json(
             args.output_dir / "args.json", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
         )
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except NotEnoughSpace as error:  # raised on every rank before the checkpoint is written
+        print(f"train_hf: error (rank {rank}): {error}", file=sys.stderr)
+        return 1
     if preemption.stopped_at(trainer) is not None:
         return stop_preempted(args, trainer, rank)
     eval_loss = trainer.evaluate()["eval_loss"]

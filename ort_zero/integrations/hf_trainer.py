@@ -121,6 +121,7 @@ class ORTZeroTrainer(Trainer):
             patches.apply_group(patches.TRL)
         bound.arguments["args"] = recompute_instead_of_checkpointing(args, model)
         super().__init__(*bound.args, **bound.kwargs)
+        checkpoints.check_space_before_saves(self)  # every rank stops before a save the disk has no room for
         if self.args.enable_jit_checkpoint:  # every rank saves the same, consistent step (integrations/preemption.py)
             preemption.stop_on_sigterm(self)
 

@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 
 from ..foreign import transformers as transformers_internals
 from ..sigterm import StopRequest
+from . import checkpoints
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ def stop_on_sigterm(trainer: Any) -> AgreedStopOnSigterm:
     transformers_internals.remove_jit_checkpoint(trainer)
     callback = AgreedStopOnSigterm()
     trainer.add_callback(callback)
+    checkpoints.check_space_before_saves(trainer)  # also before this save: it stays the last callback
     return callback
 
 

@@ -66,11 +66,13 @@ def check_one_consistent_checkpoint(out: Path, launched: subprocess.CompletedPro
     """The one checkpoint of the interrupted run: the step after the signalled one, in the Trainer's state and in
     DeepSpeed's tag alike; both ranks exited 0 within the grace period. Returns that step."""
     signalled = read(out / "signalled.json")
-    saved = signalled["step"] + 1
-    assert sorted(path.name for path in out.glob("checkpoint-*")) == [f"checkpoint-{saved}"], launched.stdout[-4000:]
-    checkpoint = out / f"checkpoint-{saved}"
-    assert read(checkpoint / "trainer_state.json")["global_step"] == saved
-    assert (checkpoint / "latest").read_text() == f"global_step{saved}", "the Trainer's step and DeepSpeed's differ"
+    folders = list(out.glob("checkpoint-*"))
+    assert len(folders) == 1, f"{[path.name for path in folders]}: not one checkpoint\n{launched.stdout[-4000:]}"
+    saved = read(folders[0] / "trainer_state.json")["global_step"]
+    deepspeed_tag = (folders[0] / "latest").read_text()
+    assert deepspeed_tag == f"global_step{saved}", f"the Trainer's step {saved} and DeepSpeed's {deepspeed_tag} differ"
+    assert folders[0].name == f"checkpoint-{saved}"
+    assert saved == signalled["step"] + 1, "the save is not at the end of the step the signal came in"
     for rank in (0, 1):
         exited = read(out / f"exit-rank{rank}.json")
         assert exited["code"] == 0, f"rank {rank} exited with {exited['code']}"
