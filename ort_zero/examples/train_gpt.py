@@ -17,7 +17,6 @@ On SIGTERM every rank saves a checkpoint at the end of the same step (in <output
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from ort_zero.data import load_corpus, sample_batch
 from ort_zero.disk_space import NotEnoughSpace, deepspeed_checkpoint_bytes, require_space
 from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
+from ort_zero.examples.loss_log import LossLog
 from ort_zero.examples.rank_run import (
     LOST_CONTACT_EXIT,
     UsageError,
@@ -50,7 +50,6 @@ from ort_zero.models import GPT, GPTConfig
 from ort_zero.sigterm import StopRequest
 
 FALLBACK_ENV = "ORTMODULE_FALLBACK_POLICY"
-CSV_HEADER = ["step", "loss", "time_ms"]
 
 
 @dataclass
@@ -127,25 +126,6 @@ class Trainer:
         bar.close()
         self.current_step = None
         return None
-
-
-class LossLog:
-    """`losses.csv`, appended row by row; a resumed run drops the rows at or past its start step."""
-
-    def __init__(self, path: Path, start: int) -> None:
-        self.path = path
-        rows = []
-        if start > 0 and path.is_file():
-            with path.open(newline="") as handle:
-                rows = [row for row in csv.DictReader(handle) if int(row["step"]) < start]
-        with path.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, CSV_HEADER)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    def append(self, step: int, loss: float, time_ms: float) -> None:
-        with self.path.open("a", newline="") as handle:
-            csv.writer(handle).writerow([step, repr(loss), f"{time_ms:.3f}"])
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
