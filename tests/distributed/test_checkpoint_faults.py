@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from launcher import free_port, run_launcher, torchrun_cmd
+from launcher import free_port, remount, run_launcher, tmpfs, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "ort_zero" / "examples" / "train_hf.py"
@@ -93,17 +93,9 @@ def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_to_resume_fro
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs with room for about one checkpoint of the job (930 KB); unmounted afterwards."""
-    folder = tmp_path / "small_disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_KB}k", "tmpfs", str(folder)],
-                             capture_output=True, text=True)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
-    try:
+    """A tmpfs with room for about one checkpoint of the job (930 KB)."""
+    with tmpfs(tmp_path / "small_disk", SMALL_DISK_KB) as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "--lazy", str(folder)], check=True)
 
 
 @pytest.mark.parametrize("ort", [False, pytest.param(True, marks=pytest.mark.extended)], ids=["native", "ort"])
@@ -122,7 +114,7 @@ def test_a_full_disk_stops_every_rank_before_the_save_and_keeps_the_previous_che
     previous = out / "checkpoint-2"
     assert (previous / "latest").read_text() == "global_step2" and (previous / "trainer_state.json").is_file()
 
-    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    remount(small_disk, 64 * 1024)
     launch(TRAINER, out, *mode, "--resume")
     assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
     if ort:
