@@ -11,12 +11,12 @@ hooks in PyTorch; --native is plain DeepSpeed without ort_zero, the reference th
 mean loss, step time), `args.json` (with --ort, the ORTMODULE_MEMORY_OPT_LEVEL the run saw) and, with --ort, `ort.json`
 (the ORT sessions and PythonOps that ran, and what ort_zero recomputed). ORT_ZERO_COLLECTIVE_TIMEOUT (seconds,
 default 600) bounds how long a rank waits for the others; a rank that loses contact with another says so and exits 1.
+On SIGTERM every rank saves a checkpoint at the end of the same step (in <output-dir>/checkpoints) and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
@@ -34,8 +34,10 @@ from tqdm import tqdm
 import ort_zero
 from ort_zero import settings
 from ort_zero.data import load_corpus, sample_batch
+from ort_zero.disk_space import NotEnoughSpace, deepspeed_checkpoint_bytes, require_space
 from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
+from ort_zero.examples.loss_log import LossLog
 from ort_zero.examples.rank_run import (
     LOST_CONTACT_EXIT,
     UsageError,
@@ -45,9 +47,9 @@ from ort_zero.examples.rank_run import (
     report_lost_contact,
 )
 from ort_zero.models import GPT, GPTConfig
+from ort_zero.sigterm import StopRequest
 
 FALLBACK_ENV = "ORTMODULE_FALLBACK_POLICY"
-CSV_HEADER = ["step", "loss", "time_ms"]
 
 
 @dataclass
@@ -86,6 +88,8 @@ class Trainer:
 
     def save(self, next_step: int) -> None:
         """Every rank writes its ZeRO partition; `next_step` is where a resumed run starts."""
+        needed = deepspeed_checkpoint_bytes(self.checkpoint_dir, self.engine.module)
+        require_space(self.checkpoint_dir, needed, f"the checkpoint of step {next_step}")  # on every rank, or none
         self.engine.save_checkpoint(str(self.checkpoint_dir), client_state={"next_step": next_step})
 
     def resume(self) -> int:
@@ -99,7 +103,8 @@ class Trainer:
             raise RuntimeError(f"DeepSpeed could not load the checkpoint in {self.checkpoint_dir}")
         return int(client_state["next_step"])
 
-    def run(self, start: int) -> None:
+    def run(self, start: int, stop: StopRequest) -> int | None:
+        """Train from `start`; the step after which every rank saved and stopped on SIGTERM (None: all steps ran)."""
         log = LossLog(self.args.output_dir / "losses.csv", start) if self.rank == 0 else None
         bar = tqdm(total=self.args.steps, initial=start, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         for step in range(start, self.args.steps):
@@ -112,29 +117,15 @@ class Trainer:
             bar.set_postfix(loss=f"{loss:.4f}")
             bar.update()
             done = step + 1
+            if stop.agreed():  # every rank, at every step's end: any rank's SIGTERM stops them all here
+                self.save(done)
+                bar.close()
+                return done
             if self.args.save_every and (done % self.args.save_every == 0 or done == self.args.steps):
                 self.save(done)
         bar.close()
         self.current_step = None
-
-
-class LossLog:
-    """`losses.csv`, appended row by row; a resumed run drops the rows at or past its start step."""
-
-    def __init__(self, path: Path, start: int) -> None:
-        self.path = path
-        rows = []
-        if start > 0 and path.is_file():
-            with path.open(newline="") as handle:
-                rows = [row for row in csv.DictReader(handle) if int(row["step"]) < start]
-        with path.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, CSV_HEADER)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    def append(self, step: int, loss: float, time_ms: float) -> None:
-        with self.path.open("a", newline="") as handle:
-            csv.writer(handle).writerow([step, repr(loss), f"{time_ms:.3f}"])
+        return None
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
@@ -267,10 +258,16 @@ def main(argv: list[str] | None = None) -> int:
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
         trainer = Trainer(engine=engine, args=args, rank=rank, world_size=world_size, corpus=load_corpus())
         start = trainer.resume() if args.resume else 0
-        trainer.run(start)
+        with StopRequest() as stop:  # SIGTERM noted, not fatal: run() saves and stops where every rank agrees
+            stopped_at = trainer.run(start, stop)
         if args.ort and rank == 0:
             write_ort_record(engine, args.output_dir)
+        if stopped_at is not None and rank == 0:
+            print(f"train_gpt: SIGTERM: saved step {stopped_at} and stopped; continue with --resume", file=sys.stderr)
         shut_down_distributed()
+    except NotEnoughSpace as error:
+        print(f"train_gpt: error (rank {rank}): {error}", file=sys.stderr)
+        return 1
     except RuntimeError as error:
         if not lost_contact(error):
             raise

@@ -16,34 +16,33 @@ Rank 0 writes to <output-dir>: `losses.csv` (step, the step's loss over its micr
 norm, learning rate, step time), `zero_init.json` (the model was partitioned as it was built), `result.json` (the
 trained model's eval loss), `ort.json` (the ORT sessions and PythonOps that ran; not with --no-ort) and `model/`
 (`trainer.save_model()`: loadable by `from_pretrained` without ORT or DeepSpeed). Checkpoints go to
-<output-dir>/checkpoint-N with --save-steps; --resume continues from the last one.
+<output-dir>/checkpoint-N with --save-steps; --resume continues from the last one. On SIGTERM every rank saves the
+same step and the job exits 0 (ort_zero/integrations/preemption.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from deepspeed.accelerator import get_accelerator
-from transformers import TrainerCallback
 
 from ort_zero.data import CorpusWindows, load_corpus
+from ort_zero.disk_space import NotEnoughSpace
 from ort_zero.distributed import init_distributed, shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_zero_stage, load_config
 from ort_zero.examples.hf_models import build_model
 from ort_zero.examples.rank_run import UsageError, collective_timeout, configure_threads
+from ort_zero.examples.step_losses import StepLosses
 from ort_zero.foreign.transformers import attention_implementation
+from ort_zero.integrations import preemption
 
 EVAL_WINDOWS = 16
-LOSS_COLUMNS = ["step", "loss", "grad_norm", "learning_rate", "time_ms"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,57 +114,6 @@ def check_args(args: argparse.Namespace) -> None:
         )
 
 
-class StepLosses(TrainerCallback):
-    """`losses.csv` on rank 0: every optimizer step's loss over its micro-batches and ranks, unrounded (the Trainer
-    logs it rounded to 4 decimals), with the grad norm and learning rate the Trainer logs. A resumed run keeps the
-    rows before its first step.
-
-    The step's loss is the sum of what `training_step` returns for its micro-batches (each one's share, already
-    scaled for gradient accumulation: by the step's token count, or by the number of micro-batches), averaged over
-    the ranks."""
-
-    def __init__(self, path: Path, rank: int) -> None:
-        super().__init__()
-        self.path, self.rank = path, rank
-        self.pending = torch.zeros((), dtype=torch.float64)
-        self.row: dict[str, Any] = {}
-        self.began = 0.0
-
-    def add(self, loss: torch.Tensor) -> None:
-        self.pending += loss.detach().double().cpu()
-
-    # The Trainer calls these on every rank.
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.rank != 0:
-            return
-        rows = []
-        if state.global_step > 0 and self.path.is_file():
-            with self.path.open(newline="") as handle:
-                rows = [row for row in csv.DictReader(handle) if int(row["step"]) < state.global_step]
-        with self.path.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, LOSS_COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.began = time.perf_counter()
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        dist.all_reduce(self.pending)
-        loss = self.pending.item() / dist.get_world_size()
-        self.pending.zero_()
-        elapsed_ms = (time.perf_counter() - self.began) * 1000.0
-        self.row = {"step": state.global_step - 1, "loss": repr(loss), "time_ms": f"{elapsed_ms:.3f}"}
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if self.rank != 0 or not logs or "loss" not in logs or not self.row:
-            return  # evaluation and end-of-training summaries
-        row = {**self.row, "grad_norm": logs.get("grad_norm", ""), "learning_rate": logs.get("learning_rate", "")}
-        with self.path.open("a", newline="") as handle:
-            csv.DictWriter(handle, LOSS_COLUMNS).writerow(row)
-        self.row = {}
-
-
 def trainer_class(ort: bool) -> type:
     """The job's Trainer: ORTZeroTrainer (the one changed line) or transformers.Trainer, recording step losses."""
     from transformers import Trainer
@@ -212,6 +160,7 @@ def training_arguments(args: argparse.Namespace, **overrides: Any) -> Any:
         disable_tqdm=True,
         dataloader_num_workers=0,
         use_cpu=get_accelerator().device_name() == "cpu",  # else accelerate counts one process: see docs/huggingface.md
+        enable_jit_checkpoint=True,  # SIGTERM: every rank saves the same step and stops (integrations/preemption.py)
     )
     return TrainingArguments(**{**fields, **overrides})
 
@@ -246,12 +195,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train_hf: error (rank {rank}): {error}", file=sys.stderr)
         return 2
     trainer.step_losses = step_losses
+    preemption.stop_on_sigterm(trainer)  # ORTZeroTrainer has it already; transformers.Trainer's JIT callback replaced
     if rank == 0:
         args.output_dir.mkdir(parents=True, exist_ok=True)
         write_json(
             args.output_dir / "args.json", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
         )
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except NotEnoughSpace as error:  # raised on every rank before the checkpoint is written
+        print(f"train_hf: error (rank {rank}): {error}", file=sys.stderr)
+        return 1
+    if preemption.stopped_at(trainer) is not None:
+        return stop_preempted(args, trainer, rank)
     eval_loss = trainer.evaluate()["eval_loss"]
     trainer.save_model(str(args.output_dir / "model"))
     if rank == 0:
@@ -263,12 +219,28 @@ def main(argv: list[str] | None = None) -> int:
         record.update(steps=trainer.state.global_step, **numels(model))
         write_json(args.output_dir / "result.json", record)
         write_json(args.output_dir / "zero_init.json", built)
-        if args.ort:
-            from ort_zero.ort.inspection import ort_run_record
-
-            write_json(args.output_dir / "ort.json", ort_run_record(trainer.model_wrapped))
+        write_ort_record(args, trainer)
     shut_down_distributed()
     return 0
+
+
+def stop_preempted(args: argparse.Namespace, trainer: Any, rank: int) -> int:
+    """After SIGTERM: the checkpoint is written; exit 0 at once, within the launcher's grace period (no evaluation,
+    no final model)."""
+    if rank == 0:
+        write_ort_record(args, trainer)
+        step = preemption.stopped_at(trainer)
+        print(f"train_hf: SIGTERM: saved checkpoint-{step} and stopped; continue with --resume", file=sys.stderr)
+    shut_down_distributed()
+    return 0
+
+
+def write_ort_record(args: argparse.Namespace, trainer: Any) -> None:
+    """`ort.json` (not with --no-ort): the ORT sessions and PythonOps that ran."""
+    if args.ort:
+        from ort_zero.ort.inspection import ort_run_record
+
+        write_json(args.output_dir / "ort.json", ort_run_record(trainer.model_wrapped))
 
 
 def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

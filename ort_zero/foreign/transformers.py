@@ -3,11 +3,13 @@
 Read: a model config's `_attn_implementation` (which attention a built model runs: transformers keeps no public
 name for it). Called: the Trainer's `_save_rng_state` (each rank's last file of a checkpoint), which ORTZeroTrainer
 extends. A model class's `_from_config` (what `AutoModelForCausalLM.from_config` calls: under ZeRO-3 it builds the
-model in `zero.Init`), for a causal LM whose config the auto mapping does not list (MusicGen's decoder).
+model in `zero.Init`), for a causal LM whose config the auto mapping does not list (MusicGen's decoder). The JIT
+checkpoint callback's saved SIGTERM handler, given back when ort_zero's agreed stop replaces it.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 
@@ -24,3 +26,16 @@ def save_rng_state(trainer_class: type, trainer: Any, output_dir: str) -> None:
 def model_from_config(model_class: Any, config: Any, **options: Any) -> Any:
     """`model_class` built from `config` as `AutoModelForCausalLM.from_config` builds the classes it maps."""
     return model_class._from_config(config, **options)
+
+
+def remove_jit_checkpoint(trainer: Any) -> None:
+    """Take transformers' JIT checkpoint callback (`enable_jit_checkpoint`) off `trainer` and give SIGTERM back to the
+    handler it replaced (kept in its manager's `_original_sigterm_handler`)."""
+    from transformers.trainer_jit_checkpoint import JITCheckpointCallback
+
+    for callback in list(trainer.callback_handler.callbacks):
+        if isinstance(callback, JITCheckpointCallback):
+            manager = callback.jit_manager
+            if manager is not None and manager._original_sigterm_handler is not None:
+                signal.signal(signal.SIGTERM, manager._original_sigterm_handler)
+            trainer.remove_callback(callback)

@@ -3,7 +3,8 @@
 The Trainer writes `checkpoint-N/` in place and resumes (`resume_from_checkpoint=True`) from the highest N, finished
 or not: a rank lost while saving leaves a folder that `get_last_checkpoint` picks and DeepSpeed cannot load. In
 ORTZeroTrainer every rank has written its files before rank 0 writes the Trainer state, the folder's last file
-(`ORTZeroTrainer._save_rng_state`); so a folder with it is complete, and one without it was cut short.
+(`ORTZeroTrainer._save_rng_state`); so a folder with it is complete, and one without it was cut short. Before each
+save the ranks agree that the disk has room for it (`SpaceBeforeSave`, ort_zero/disk_space.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
+from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .. import disk_space
 
 logger = logging.getLogger(__name__)
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -43,3 +48,29 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
             ", ".join(folder.name for folder in skipped), TRAINER_STATE_NAME, complete.name,
         )  # fmt: skip
     return complete
+
+
+class SpaceBeforeSave(TrainerCallback):
+    """Before the Trainer saves at a step's or an epoch's end, every rank checks that the output directory has room for
+    the checkpoint (the size of the newest complete one, or an estimate from the model); if not, every rank raises
+    `disk_space.NotEnoughSpace` before anything is written. Runs after the callbacks that decide to save."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if control.should_save:
+            self.require_space(args, state, model)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if control.should_save:
+            self.require_space(args, state, model)
+
+    @staticmethod
+    def require_space(args: Any, state: Any, model: Any) -> None:
+        previous = next((folder for folder in checkpoint_folders(args.output_dir) if is_complete(folder)), None)
+        needed = disk_space.folder_bytes(previous) if previous else disk_space.estimated_checkpoint_bytes(model)
+        disk_space.require_space(Path(args.output_dir), needed, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+
+
+def check_space_before_saves(trainer: Any) -> None:
+    """`SpaceBeforeSave` as `trainer`'s last callback (after those that set `should_save`); idempotent."""
+    trainer.remove_callback(SpaceBeforeSave)
+    trainer.add_callback(SpaceBeforeSave)

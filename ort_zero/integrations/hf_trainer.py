@@ -31,7 +31,7 @@ from .. import api, patches, settings
 from ..foreign import accelerate as accelerate_internals
 from ..foreign import transformers as transformers_internals
 from ..zero3 import checkpointing
-from . import checkpoints, model_types
+from . import checkpoints, model_types, preemption
 
 
 class UnsupportedInORT(ValueError):
@@ -106,7 +106,8 @@ class ORTZeroTrainer(Trainer):
     """`transformers.Trainer` whose DeepSpeed ZeRO-3 engine runs the model in ONNX Runtime (through ort_zero).
 
     Training and evaluation run in ORT; `trainer.model` stays the plain model (signature inspection, saving,
-    PEFT checks); `save_model()` writes what `from_pretrained` loads without ORT or DeepSpeed.
+    PEFT checks); `save_model()` writes what `from_pretrained` loads without ORT or DeepSpeed. With
+    `enable_jit_checkpoint=True`, SIGTERM makes every rank save the same step and stop (integrations/preemption.py).
     """
 
     def __init__(self, *positional: Any, **kwargs: Any) -> None:
@@ -120,6 +121,9 @@ class ORTZeroTrainer(Trainer):
             patches.apply_group(patches.TRL)
         bound.arguments["args"] = recompute_instead_of_checkpointing(args, model)
         super().__init__(*bound.args, **bound.kwargs)
+        checkpoints.check_space_before_saves(self)  # every rank stops before a save the disk has no room for
+        if self.args.enable_jit_checkpoint:  # every rank saves the same, consistent step (integrations/preemption.py)
+            preemption.stop_on_sigterm(self)
 
     def create_accelerator_and_postprocess(self) -> None:
         """The Trainer's own accelerator, whose `prepare` gets the ORTModule in place of `trainer.model`."""

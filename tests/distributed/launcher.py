@@ -7,13 +7,17 @@ SIGTERM, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ort_zero.tools.process_tree import TaggedProcessTree, free_port  # noqa: F401  (tests import it from here)
 
@@ -111,3 +115,22 @@ def run_launcher(
 def read_rank_results(folder: Path, world_size: int = 2) -> list[dict[str, Any]]:
     """The `rank<r>.json` file each rank wrote into `folder`, in rank order."""
     return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(world_size)]
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, kilobytes: int) -> Iterator[Path]:
+    """`folder` as a tmpfs of `kilobytes` (a disk that fills up), unmounted afterwards; the test is skipped where
+    mounting is not allowed. `remount(folder, kilobytes)` makes it larger."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kilobytes}k", "tmpfs", str(folder)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def remount(folder: Path, kilobytes: int) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={kilobytes}k", str(folder)], check=True)

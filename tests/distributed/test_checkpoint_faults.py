@@ -6,6 +6,10 @@ Trainer state, and `--resume` (resume_from_checkpoint=True) continues from check
 The job keeps no parameter persistent (`stage3_param_persistence_threshold` 0): then DeepSpeed's rank 0 has no
 collective left in its save and, natively, writes `latest` naming the half-written tag (measured; ort_zero's
 zero3/saving.py writes it after every rank's files).
+
+A disk that fills up (a tmpfs with room for one checkpoint as the output directory): before checkpoint-4 every rank
+stops with one error naming the directory and the space needed, nothing of it written; checkpoint-2 and its `latest`
+stay, and the run resumes from them once there is room.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from launcher import free_port, run_launcher, torchrun_cmd
+from launcher import free_port, remount, run_launcher, tmpfs, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "ort_zero" / "examples" / "train_hf.py"
@@ -25,6 +30,7 @@ CONFIG = ROOT / "ds_configs" / "zero3_hf_auto.json"
 JOB = ["--max-steps", "6", "--save-steps", "2"]
 TOLERANCE = 1e-5
 TIMEOUT = 400
+SMALL_DISK_KB = 1500  # room for checkpoint-2 (about 930 KB), not for checkpoint-4 beside it
 
 
 def config_without_persistent_parameters(tmp_path: Path) -> Path:
@@ -44,15 +50,27 @@ def losses(out: Path) -> list[float]:
         return [float(row["loss"]) for row in csv.DictReader(handle)]
 
 
-def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_to_resume_from(tmp_path: Path) -> None:
+def launch(
+    script: Path, folder: Path, *options: str, config: Path = CONFIG, check: bool = True
+) -> subprocess.CompletedProcess:
+    argv = ["--deepspeed", str(config), "--output-dir", str(folder), *JOB, *options]
+    return run_launcher(torchrun_cmd(script, argv, port=free_port()), timeout=TIMEOUT, cwd=ROOT, check=check)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[float]:
+    """The job's losses, natively, without a fault."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    launch(TRAINER, folder, "--no-ort")
+    return losses(folder)
+
+
+def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_to_resume_from(
+    tmp_path: Path, uninterrupted: list[float]
+) -> None:
     config = config_without_persistent_parameters(tmp_path)
-    out, reference = tmp_path / "ort", tmp_path / "uninterrupted"
-
-    def launch(script: Path, folder: Path, *options: str, check: bool = True) -> subprocess.CompletedProcess:
-        argv = ["--deepspeed", str(config), "--output-dir", str(folder), *JOB, *options]
-        return run_launcher(torchrun_cmd(script, argv, port=free_port()), timeout=TIMEOUT, cwd=ROOT, check=check)
-
-    died = launch(DIE_DURING_SAVE, out, check=False)
+    out = tmp_path / "ort"
+    died = launch(DIE_DURING_SAVE, out, config=config, check=False)
     assert died.returncode != 0 and "die_during_save: rank 1 exits with 17" in output(died), output(died)[-3000:]
     cut, previous = out / "checkpoint-4", out / "checkpoint-2"
     half_written = cut / "global_step4" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
@@ -62,13 +80,42 @@ def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_to_resume_fro
     assert not (cut / "trainer_state.json").exists(), "the cut checkpoint looks complete to the Trainer"
     assert (previous / "latest").read_text() == "global_step2" and (previous / "trainer_state.json").is_file()
 
-    resumed = launch(TRAINER, out, "--resume")
+    resumed = launch(TRAINER, out, "--resume", config=config)
     assert "checkpoint-4 incomplete (no trainer_state.json" in output(resumed)
     assert "resuming from checkpoint-2" in output(resumed)
-    launch(TRAINER, reference, "--no-ort")
-    assert len(losses(out)) == len(losses(reference)) == 6
-    assert losses(out) == pytest.approx(losses(reference), abs=TOLERANCE)
+    assert len(losses(out)) == len(uninterrupted) == 6
+    assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
     assert json.loads((out / "result.json").read_text())["steps"] == 6
     evidence = json.loads((out / "ort.json").read_text())
     assert evidence["training"]["session"], "the resumed run did not train in ORT"
     assert (cut / "trainer_state.json").is_file() and (cut / "latest").read_text() == "global_step4"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs with room for about one checkpoint of the job (930 KB)."""
+    with tmpfs(tmp_path / "small_disk", SMALL_DISK_KB) as folder:
+        yield folder
+
+
+@pytest.mark.parametrize("ort", [False, pytest.param(True, marks=pytest.mark.extended)], ids=["native", "ort"])
+def test_a_full_disk_stops_every_rank_before_the_save_and_keeps_the_previous_checkpoint(
+    small_disk: Path, uninterrupted: list[float], ort: bool
+) -> None:
+    out = small_disk / "run"
+    mode = [] if ort else ["--no-ort"]
+    full = launch(TRAINER, out, *mode, check=False)
+    assert full.returncode != 0
+    for rank in (0, 1):
+        assert f"train_hf: error (rank {rank}): not enough space to save checkpoint-4 in {out}: it needs about" in (
+            output(full)
+        ), output(full)[-3000:]
+    assert not (out / "checkpoint-4").exists(), "the checkpoint was begun"
+    previous = out / "checkpoint-2"
+    assert (previous / "latest").read_text() == "global_step2" and (previous / "trainer_state.json").is_file()
+
+    remount(small_disk, 64 * 1024)
+    launch(TRAINER, out, *mode, "--resume")
+    assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
+    if ort:
+        assert json.loads((out / "ort.json").read_text())["training"]["session"], "the run did not train in ORT"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from launcher import free_port, run_launcher, torchrun_cmd
+from launcher import free_port, remount, run_launcher, tmpfs, torchrun_cmd
 
 from ort_zero.data import load_corpus, sample_batch
 from ort_zero.models import GPT, GPTConfig
@@ -153,3 +153,49 @@ def test_native_run_with_gradient_checkpointing_follows_the_plain_curve(
     rows = train(tmp_path, "--native", "--gradient-checkpointing", "--steps", str(STEPS))
     assert json.loads((tmp_path / "args.json").read_text())["gradient_checkpointing"]
     assert losses(rows) == pytest.approx(losses(reference), rel=1e-6, abs=1e-7)
+
+
+@pytest.mark.extended
+def test_sigterm_saves_the_step_every_rank_is_in_and_the_run_resumes_on_the_curve(
+    tmp_path: Path, straight: tuple[Path, list[dict[str, float]]]
+) -> None:
+    """SIGTERM to torchrun during step 2 (scripts/preempted_train_gpt.py): both ranks save at its end, exit 0 within
+    torchrun's 30 s grace period, and --resume continues the uninterrupted native curve in ORT."""
+    _, reference = straight
+    out = tmp_path / "ort"
+    argv = ["--deepspeed_config", str(CONFIG), "--output-dir", str(out), *SMALL, "--steps", str(STEPS)]
+    script = Path(__file__).parent / "scripts" / "preempted_train_gpt.py"
+    preempted = run_launcher(torchrun_cmd(script, argv, port=free_port()), timeout=400, cwd=ROOT, check=False)
+    signalled = json.loads((out / "signalled.json").read_text())
+    assert (out / "checkpoints" / "latest").read_text() == f"global_step{signalled['step'] + 1}", preempted.stdout
+    for rank in (0, 1):
+        exited = json.loads((out / f"exit-rank{rank}.json").read_text())
+        assert exited["code"] == 0 and exited["time"] - signalled["time"] < 30, exited
+    assert f"saved step {signalled['step'] + 1} and stopped" in preempted.stdout
+    assert_ran_in_ort(out)
+    resumed = train(out, "--resume", "--steps", str(STEPS))
+    assert losses(resumed) == pytest.approx(losses(reference), rel=1e-5, abs=1e-6)
+    assert_ran_in_ort(out)
+
+
+@pytest.mark.extended
+def test_a_full_disk_stops_every_rank_before_the_save_and_the_run_resumes_once_there_is_room(
+    tmp_path: Path, straight: tuple[Path, list[dict[str, float]]]
+) -> None:
+    """A tmpfs with room for the first checkpoint (1.4 MB; estimated before it at 2 MB) and not for a second beside it:
+    both ranks stop before step 4's save with the error naming the folder; step 2's checkpoint resumes."""
+    _, reference = straight
+    with tmpfs(tmp_path / "disk", 2500) as disk:
+        out = disk / "hooks"
+        argv = ["--deepspeed_config", str(CONFIG), "--output-dir", str(out), *SMALL, "--steps", str(STEPS)]
+        argv += ["--no-ort", "--save-every", "2"]
+        full = run_launcher(torchrun_cmd(TRAINER, argv, port=free_port()), timeout=400, cwd=ROOT, check=False)
+        assert full.returncode != 0
+        for rank in (0, 1):
+            message = f"train_gpt: error (rank {rank}): not enough space to save the checkpoint of step 4 in {out}"
+            assert message in full.stdout, full.stdout[-3000:]
+        assert (out / "checkpoints" / "latest").read_text() == "global_step2"
+        assert not (out / "checkpoints" / "global_step4").exists()
+        remount(disk, 64 * 1024)
+        resumed = train(out, "--no-ort", "--resume", "--save-every", "2", "--steps", str(STEPS))
+    assert losses(resumed) == pytest.approx(losses(reference), rel=1e-5, abs=1e-6)

@@ -6,8 +6,10 @@ import logging
 from pathlib import Path
 
 import pytest
+from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from ort_zero.integrations.checkpoints import checkpoint_folders, last_complete_checkpoint
+from ort_zero import disk_space
+from ort_zero.integrations.checkpoints import SpaceBeforeSave, checkpoint_folders, last_complete_checkpoint
 
 
 def make(root: Path, name: str, complete: bool) -> Path:
@@ -51,3 +53,18 @@ def test_no_complete_checkpoint_gives_none(tmp_path: Path) -> None:
     assert last_complete_checkpoint(tmp_path / "missing") is None
     make(tmp_path, "checkpoint-2", complete=False)
     assert last_complete_checkpoint(tmp_path) is None
+
+
+def test_the_room_for_a_save_is_what_the_newest_complete_checkpoint_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make(tmp_path, "checkpoint-2", complete=True)
+    (tmp_path / "checkpoint-2" / "global_step" / "optim_states.pt").write_bytes(b"x" * 4000)
+    make(tmp_path, "checkpoint-4", complete=False)  # cut short: not a measure
+    asked: list[tuple[Path, int, str]] = []
+    monkeypatch.setattr(disk_space, "require_space", lambda *request: asked.append(request))
+    args, state = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState(global_step=6)
+    SpaceBeforeSave().on_step_end(args, state, TrainerControl(should_save=False), model=None)
+    assert asked == []
+    SpaceBeforeSave().on_step_end(args, state, TrainerControl(should_save=True), model=None)
+    assert asked == [(tmp_path, 4000 + len("{}"), "checkpoint-6")]
