@@ -474,8 +474,8 @@ def _trimmed_after_first_forward(replaced: Any) -> Any:
 
 _ort(
     "ort", "ort.trim_after_first_forward", f"{_ORTM}._execution_agent:TrainingAgent", "run_forward",
-    "a session's first forward leaves the export's garbage and ORT's one-time copies of every PythonOp input in "
-    "glibc's heap (1.25 GiB per rank on a 162M LLaMA at seq 1024): after it the heap's free pages go back to the OS.",
+    "a session's first forward leaves the export's garbage and ORT's first-run copies of the bridges' inputs in "
+    "glibc's heap (1.0 GiB per rank on a 162M LLaMA at seq 1024): after it the heap's free pages go back to the OS.",
     _trimmed_after_first_forward,
 )  # fmt: skip
 

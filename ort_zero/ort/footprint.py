@@ -66,11 +66,10 @@ def trimmed_after_backward(run_backward: Any) -> Any:
 
 
 def trimmed_after_first_forward(run_forward: Any) -> Any:
-    """Wraps `TrainingAgent.run_forward`: a session's first forward leaves the export's garbage and its own first
-    run's (ORT copies every PythonOp input once to learn what the op saves) in glibc's heap, where the first backward
-    cannot reuse all of it: measured on a 162M LLaMA at seq 1024 (2 CPU ranks), 1.25 GiB per rank came back from the
-    heap after the first forward where later forwards leave 0.36, and the first step's peak fell by 0.37 GiB. Once per
-    session, about 50 ms."""
+    """Wraps `TrainingAgent.run_forward`: a session's first forward (the export runs in it) leaves the export's
+    garbage and ORT's first-run copies of the bridges' inputs in glibc's heap: measured on a 162M LLaMA at seq 1024
+    (2 CPU ranks), 1.0 GiB per rank came back from the heap after the first forward and the first step's peak fell
+    from 5.5-5.6 to 5.1-5.2 GiB. Once per session, about 50 ms."""
 
     @functools.wraps(run_forward)
     def run_forward_then_trim_once(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -6,6 +6,7 @@ export (ORTModule's post-export processing, per export):
     custom_gradients      no node sets an attribute the gradient ort_zero registered for its op does not handle
     zero3_params          ZeRO-3 parameters leave the graph inputs; pre-forward bridges provide them
     mem_efficient_grads   other trainable parameters get a PythonOp that hands their gradient to PyTorch
+    unchecked_kernels     ORT runs the torch-kernel PythonOps without its first-run copies of their inputs
 training graph (ORT's graph-optimizer registry, before the session exists):
     backward_gather       each module's backward reads its parameters gathered again for it
     recompute             layer-wise recompute at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (and Dropout seeds)
@@ -24,6 +25,7 @@ from . import (
     passthrough_buffers,
     recompute,
     same_type_casts,
+    unchecked_kernels,
     zero3_params,
 )
 from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
@@ -34,6 +36,7 @@ EXPORT_PASSES: tuple[GraphPass, ...] = (
     custom_gradients.PASS,
     zero3_params.PASS,
     mem_efficient_grads.PASS,
+    unchecked_kernels.PASS,
 )
 TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (backward_gather.PASS, recompute.PASS, passthrough_buffers.PASS)
 

@@ -18,7 +18,7 @@ from .failures import raising_kernel_failure
 from .linear import LinearInTorch, linear_in_torch
 
 __all__ = [
-    "RECOMPUTABLE", "CrossEntropyInTorch", "ExpertsInTorch", "LinearInTorch", "ScaledDotProductAttention",
+    "RECOMPUTABLE", "UNCHECKED", "CrossEntropyInTorch", "ExpertsInTorch", "LinearInTorch", "ScaledDotProductAttention",
     "cross_entropy_in_torch", "draws_dropout", "experts_in_torch", "linear_in_torch", "raising_kernel_failure",
     "sdpa_in_torch",
 ]  # fmt: skip
@@ -27,3 +27,6 @@ RECOMPUTABLE = frozenset(
     {function_name(ScaledDotProductAttention), function_name(ExpertsInTorch), function_name(LinearInTorch)}
 )
 """The PythonOps the layer-wise recompute may copy into the backward (their forward has no side effect)."""
+
+UNCHECKED = RECOMPUTABLE | {function_name(CrossEntropyInTorch)}
+"""The PythonOps ORT runs without its safety copies (`passes.unchecked_kernels`): none changes or returns an input."""

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..kept_graph import backward_through_graph, forward_keeping_graph
+from .context import wanted_grads
 from .failures import kernel_failure
 
 
@@ -37,6 +38,7 @@ class ScaledDotProductAttention(torch.autograd.Function):
         scale: float | None,
         enable_gqa: bool,
     ) -> torch.Tensor:
+        wanted_grads(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         if attn_mask is not None and attn_mask.dtype == torch.uint8:
             attn_mask = attn_mask.bool()  # ORT hands a bool tensor over DLPack as uint8, which sdpa refuses
         tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)

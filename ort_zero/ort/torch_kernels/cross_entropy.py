@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ...hooks.export_mode import is_exporting
+from .context import wanted_grads
 
 
 class CrossEntropyInTorch(torch.autograd.Function):
@@ -23,6 +24,7 @@ class CrossEntropyInTorch(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
+        wanted_grads(ctx, logits, target, ignore_index, mean)
         log_probs = torch.log_softmax(logits, dim=-1)
         loss = torch.nn.functional.nll_loss(
             log_probs, target, ignore_index=ignore_index, reduction="mean" if mean else "sum"

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .context import wanted_grads
 from .failures import kernel_failure
 from .modules import backward_on_own_params, forward_on_own_params, own_params
 
@@ -38,6 +39,7 @@ class ExpertsInTorch(torch.autograd.Function):
         implementation: Callable[..., torch.Tensor],
         *params: torch.Tensor,
     ) -> torch.Tensor:
+        wanted_grads(ctx, hidden_states, top_k_index, top_k_weights, experts, implementation, *params)
         try:
             return forward_on_own_params(
                 ctx, experts, implementation, (hidden_states, top_k_index, top_k_weights), params

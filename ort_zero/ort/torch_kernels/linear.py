@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ...hooks.export_mode import is_exporting
+from .context import wanted_grads
 from .modules import own_params
 
 
@@ -32,6 +33,7 @@ class LinearInTorch(torch.autograd.Function):
         linear: torch.nn.Module,
         *params: torch.Tensor,
     ) -> torch.Tensor:
+        wanted_grads(ctx, input, linear, *params)
         gathered = dict(zip((name for name, _ in linear.named_parameters(recurse=False)), params, strict=True))
         ctx.linear = linear
         ctx.params = [(p, g.shape, g.dtype) for p, g in zip(own_params(linear), params, strict=True)]

@@ -91,10 +91,10 @@ def test_a_compacted_graph_holds_what_a_fresh_parse_holds() -> None:
 FIRST_FORWARD = Path(__file__).parent / "scripts" / "first_forward_heap.py"
 
 
-def heap_after_first_forward(trim: str) -> dict:
+def heap_after_first_forward(trim: str, *options: str) -> dict:
     env = {**os.environ, "ORT_ZERO_TRIM_AFTER_BACKWARD": trim, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, str(FIRST_FORWARD)], env=env, capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, str(FIRST_FORWARD), *options], env=env, capture_output=True, text=True, timeout=300, check=True
     )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ort_ran"] and any("LinearInTorch" in op for op in result["python_ops"]), result
@@ -102,10 +102,20 @@ def heap_after_first_forward(trim: str) -> dict:
 
 
 def test_the_first_forward_hands_its_garbage_back() -> None:
-    """ORT copies every PythonOp input at its first run: a session's first forward leaves that garbage in the heap
-    (with the trim off, RSS is higher at the same live heap); after it, the pages go back."""
+    """A session's first forward leaves the export's garbage in the heap (with the trim off, RSS is higher at the
+    same live heap); after it, the pages go back."""
     if footprint.malloced_bytes() is None:
         pytest.skip("needs glibc's mallinfo2")
     kept, trimmed = heap_after_first_forward("0"), heap_after_first_forward("1")
     assert trimmed["live_mib"] == pytest.approx(kept["live_mib"], rel=0.05), (trimmed, kept)
     assert trimmed["rss_mib"] < kept["rss_mib"] - 50, (trimmed, kept)
+
+
+def test_the_kernels_run_without_orts_copies() -> None:
+    """Run with ORT's safety checks, every torch-kernel PythonOp's inputs stay held until the backward (torch's
+    autograd graph of the call holds them) and are copied at the first run; unchecked, neither."""
+    if footprint.malloced_bytes() is None:
+        pytest.skip("needs glibc's mallinfo2")
+    checked, unchecked = heap_after_first_forward("1", "--checked"), heap_after_first_forward("1")
+    for after in ("live_mib", "second_live_mib"):
+        assert unchecked[after] < checked[after] - 150, (after, unchecked, checked)
