@@ -16,7 +16,7 @@ LAYERS = [  # lowest first; a room imports its own layer's rooms or lower ones, 
     {"hooks", "stack"},
     {"zero3"},
     {"ort"},
-    {"patches", "ort_import", "api", "distributed"},
+    {"patches", "ort_import", "api", "distributed", "sigterm", "disk_space"},
     {"integrations"},
     {"cli", "examples", "tools", "models", "data"},  # front ends: nothing below imports them
     {"__init__"},
