@@ -233,3 +233,12 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, in
         except ValueError as error:  # peft knows no default target modules for this type
             raise UsageError(f"--lora with --model-type {args.model_type}: {error}") from None
     return model, built
+
+
+def numels(model: torch.nn.Module) -> dict[str, int]:
+    """Elements of the whole model and of what trains (the adapters alone with --lora)."""
+    params = list(model.parameters())
+    return {
+        "full_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params),
+        "trainable_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params if p.requires_grad),
+    }

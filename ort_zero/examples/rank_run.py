@@ -11,6 +11,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ort_zero.distributed import init_distributed
+
 TIMEOUT_ENV = "ORT_ZERO_COLLECTIVE_TIMEOUT"  # seconds a collective waits for the other ranks
 DEFAULT_TIMEOUT_S = 600.0
 LOST_CONTACT_EXIT = 1
@@ -60,3 +62,21 @@ def report_lost_contact(program: str, error: RuntimeError, rank: int, step: int 
         file=sys.stderr,
         flush=True,
     )
+
+
+def start_process_group(program: str, timeout: timedelta) -> tuple[int, int]:
+    """`init_distributed`; a rank that cannot reach the others while the group forms (a peer gone, a restarted
+    attempt's peer that never came) says so in one line and exits 1 instead of showing gloo's traceback."""
+    try:
+        return init_distributed(timeout)
+    except RuntimeError as error:
+        if not lost_contact(error):
+            raise
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        rank = os.environ.get("RANK", "?")
+        print(
+            f"{program}: error (rank {rank}): could not start the process group with the other ranks ({detail})",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(LOST_CONTACT_EXIT) from None

@@ -35,7 +35,7 @@ import ort_zero
 from ort_zero import settings
 from ort_zero.data import load_corpus, sample_batch
 from ort_zero.disk_space import NotEnoughSpace, deepspeed_checkpoint_bytes, require_space
-from ort_zero.distributed import init_distributed, shut_down_distributed
+from ort_zero.distributed import shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
 from ort_zero.examples.loss_log import LossLog
 from ort_zero.examples.rank_run import (
@@ -45,7 +45,9 @@ from ort_zero.examples.rank_run import (
     configure_threads,
     lost_contact,
     report_lost_contact,
+    start_process_group,
 )
+from ort_zero.examples.resuming import ALWAYS, add_resume_argument
 from ort_zero.models import GPT, GPTConfig
 from ort_zero.sigterm import StopRequest
 
@@ -163,7 +165,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_gpt"))
     parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps and at the end (0: never)")
-    parser.add_argument("--resume", action="store_true", help="continue from <output-dir>/checkpoints if present")
+    add_resume_argument(parser)
     parser.add_argument("--local_rank", type=int, default=None, help="passed by the deepspeed launcher; unused")
     args = parser.parse_args(argv)
     if args.ort is None:
@@ -180,6 +182,8 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("steps", "seq_len", "n_layer", "n_head", "d_model"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.resume == ALWAYS and not (args.output_dir / "checkpoints" / "latest").is_file():
+        raise UsageError(f"--resume: no checkpoint in {args.output_dir / 'checkpoints'}; --resume auto starts anew")
     if args.save_every < 0:
         raise UsageError(f"--save-every must be 0 or positive, got {args.save_every}")
     if not 0.0 <= args.dropout < 1.0:
@@ -243,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_threads()
     if not args.native:
         ort_zero.enable_zero3()  # before ORTModule and deepspeed.initialize
-    rank, world_size = init_distributed(timeout)
+    rank, world_size = start_process_group("train_gpt", timeout)
     try:
         check_batch(config, world_size, args.deepspeed_config)
         model = build_model(args)

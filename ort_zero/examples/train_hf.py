@@ -16,8 +16,8 @@ Rank 0 writes to <output-dir>: `losses.csv` (step, the step's loss over its micr
 norm, learning rate, step time), `zero_init.json` (the model was partitioned as it was built), `result.json` (the
 trained model's eval loss), `ort.json` (the ORT sessions and PythonOps that ran; not with --no-ort) and `model/`
 (`trainer.save_model()`: loadable by `from_pretrained` without ORT or DeepSpeed). Checkpoints go to
-<output-dir>/checkpoint-N with --save-steps; --resume continues from the last one. On SIGTERM every rank saves the
-same step and the job exits 0 (ort_zero/integrations/preemption.py).
+<output-dir>/checkpoint-N with --save-steps; --resume continues from the newest complete one (--resume auto: if
+there is one). On SIGTERM every rank saves the same step and the job exits 0 (ort_zero/integrations/preemption.py).
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from deepspeed.accelerator import get_accelerator
 
 from ort_zero.data import CorpusWindows, load_corpus
 from ort_zero.disk_space import NotEnoughSpace
-from ort_zero.distributed import init_distributed, shut_down_distributed
+from ort_zero.distributed import shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_zero_stage, load_config
-from ort_zero.examples.hf_models import build_model
-from ort_zero.examples.rank_run import UsageError, collective_timeout, configure_threads
+from ort_zero.examples.hf_models import build_model, numels
+from ort_zero.examples.rank_run import UsageError, collective_timeout, configure_threads, start_process_group
+from ort_zero.examples.resuming import add_resume_argument, trainer_checkpoint
 from ort_zero.examples.step_losses import StepLosses
 from ort_zero.foreign.transformers import attention_implementation
 from ort_zero.integrations import preemption
@@ -59,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-ort", dest="ort", action="store_false", help="transformers.Trainer in PyTorch")
     parser.add_argument("--lora", action="store_true", help="train PEFT LoRA adapters; the base model stays frozen")
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
+    add_resume_argument(parser)
     parser.add_argument(
         "--init-from",
         type=Path,
@@ -175,13 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")  # an ORT failure must not run PyTorch
     configure_threads()
-    rank, world_size = init_distributed(timeout)  # before TrainingArguments: gloo on CPU, rank discovery for mpirun
+    rank, world_size = start_process_group("train_hf", timeout)  # before TrainingArguments (gloo, mpirun ranks)
     from ort_zero.integrations.hf_trainer import UnsupportedInORT
 
     training_args = training_arguments(args)  # first: a ZeRO-3 config then builds the model under zero.Init
     try:
         model, built = build_model(args)
-        resume = resume_point(args)
+        resume = trainer_checkpoint(args.resume, args.output_dir)
         step_losses = StepLosses(args.output_dir / "losses.csv", rank)
         trainer = trainer_class(args.ort)(
             model=model,
@@ -257,27 +258,6 @@ def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 def eval_seed(seed: int) -> int:
     """The held-out windows' seed (the training windows use `seed` itself)."""
     return seed + 1
-
-
-def numels(model: torch.nn.Module) -> dict[str, int]:
-    """Elements of the whole model and of what trains (the adapters alone with --lora)."""
-    params = list(model.parameters())
-    return {
-        "full_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params),
-        "trainable_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params if p.requires_grad),
-    }
-
-
-def resume_point(args: argparse.Namespace) -> bool | None:
-    """--resume: True (the Trainer picks the checkpoint: ORTZeroTrainer the newest complete one, transformers.Trainer
-    the newest folder), once there is a checkpoint-N folder in --output-dir; None without --resume."""
-    if not args.resume:
-        return None
-    from transformers.trainer_utils import get_last_checkpoint
-
-    if not args.output_dir.is_dir() or get_last_checkpoint(str(args.output_dir)) is None:
-        raise UsageError(f"--resume: no checkpoint-N folder in {args.output_dir}")
-    return True
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
