@@ -1,13 +1,16 @@
 """How the examples resume: `--resume` continues from the newest complete checkpoint in the output folder and stops
 when there is none; `--resume auto` starts at step 0 when there is none, so the same command line serves every
-attempt of a job restarted by `torchrun --max-restarts N` (the first attempt starts, later ones resume)."""
+attempt of a job restarted by `torchrun --max-restarts N` (the first attempt starts, later ones resume).
+`--universal` loads the checkpoint's universal form (`ort-zero universal-checkpoint`) on any number of ranks."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ort_zero.examples.rank_run import UsageError
+from ort_zero.zero3.universal import LATEST_UNIVERSAL, UNIVERSAL_SUFFIX, latest_tag, saved_world_size
 
 ALWAYS, AUTO = "always", "auto"
 
@@ -22,6 +25,42 @@ def add_resume_argument(parser: argparse.ArgumentParser) -> None:
         help="continue from the newest complete checkpoint in --output-dir (an error when there is none); "
         "'--resume auto': start at step 0 when there is none (for torchrun --max-restarts)",
     )
+    parser.add_argument(
+        "--universal",
+        action="store_true",
+        help="with --resume: load the universal checkpoint `ort-zero universal-checkpoint` made, on any number of "
+        "ranks (keep the global batch: gradient accumulation x ranks)",
+    )
+
+
+def check_universal(args: Any) -> None:
+    if args.universal and args.resume is None:
+        raise UsageError("--universal says how to resume: give --resume (or --resume auto) too")
+
+
+def universal_loading(config: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSpeed config with `checkpoint.load_universal` on: `load_checkpoint` reads `latest_universal`."""
+    return {**config, "checkpoint": {**config.get("checkpoint", {}), "load_universal": True}}
+
+
+def check_saved_ranks(checkpoint_dir: Path, world_size: int, universal: bool) -> None:
+    """A ZeRO checkpoint loads only on the number of ranks that wrote it (DeepSpeed's load refuses another with a
+    traceback, "Automatic adjustment ... not currently supported"); its universal form loads anywhere, if it is the
+    newest checkpoint's. Said before the engine is built, with the way out."""
+    tag = latest_tag(checkpoint_dir)
+    if tag is None:
+        return
+    convert = f"convert it with `ort-zero universal-checkpoint {checkpoint_dir}`"
+    if universal:
+        if latest_tag(checkpoint_dir, LATEST_UNIVERSAL) != f"{tag}{UNIVERSAL_SUFFIX}":
+            raise UsageError(f"--universal: {checkpoint_dir}/{tag} has no universal form yet; {convert}")
+        return
+    saved = saved_world_size(checkpoint_dir / tag)
+    if saved and saved != world_size:
+        raise UsageError(
+            f"{checkpoint_dir / tag} was written by {saved} ranks and this run has {world_size}; {convert} and "
+            "resume with --universal"
+        )
 
 
 def trainer_checkpoint(mode: str | None, output_dir: Path) -> str | None:

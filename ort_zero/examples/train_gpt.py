@@ -47,7 +47,13 @@ from ort_zero.examples.rank_run import (
     report_lost_contact,
     start_process_group,
 )
-from ort_zero.examples.resuming import ALWAYS, add_resume_argument
+from ort_zero.examples.resuming import (
+    ALWAYS,
+    add_resume_argument,
+    check_saved_ranks,
+    check_universal,
+    universal_loading,
+)
 from ort_zero.models import GPT, GPTConfig
 from ort_zero.sigterm import StopRequest
 
@@ -74,11 +80,12 @@ class Trainer:
         accumulation = self.engine.gradient_accumulation_steps()
         total = torch.zeros((), dtype=torch.float64)
         for micro in range(accumulation):
-            # Keyed by the global micro-step: a resumed run draws the batches (and dropout masks) it would have.
-            micro_step = step * accumulation + micro
-            torch.manual_seed(step_seed(self.args.seed, micro_step, self.rank))
+            # Keyed by the global micro-step: a resumed run draws the dropout masks it would have.
+            torch.manual_seed(step_seed(self.args.seed, step * accumulation + micro, self.rank))
+            # The step's global batch depends on the step alone: a run resumed on another number of ranks, with
+            # gradient accumulation making up the difference, trains on the same windows.
             batch = sample_batch(
-                self.args.seed, micro_step, self.rank, self.world_size,
+                self.args.seed, step, micro * self.world_size + self.rank, self.world_size * accumulation,
                 self.engine.train_micro_batch_size_per_gpu(), self.args.seq_len, self.corpus,
             )  # fmt: skip
             loss = self.engine(**{k: v.to(self.engine.device) for k, v in batch.items()})["loss"]
@@ -182,6 +189,7 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("steps", "seq_len", "n_layer", "n_head", "d_model"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    check_universal(args)
     if args.resume == ALWAYS and not (args.output_dir / "checkpoints" / "latest").is_file():
         raise UsageError(f"--resume: no checkpoint in {args.output_dir / 'checkpoints'}; --resume auto starts anew")
     if args.save_every < 0:
@@ -202,7 +210,7 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
             f'{args.deepspeed_config}: no "optimizer" block; this trainer lets DeepSpeed build it '
             "(see ds_configs/zero3_cpu_fp32.json)"
         )
-    return config
+    return universal_loading(config) if args.universal else config
 
 
 def build_model(args: argparse.Namespace) -> torch.nn.Module:
@@ -250,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = start_process_group("train_gpt", timeout)
     try:
         check_batch(config, world_size, args.deepspeed_config)
+        if args.resume:
+            check_saved_ranks(args.output_dir / "checkpoints", world_size, args.universal)
         model = build_model(args)
     except (UsageError, ConfigError) as error:
         print(f"train_gpt: error (rank {rank}): {error}", file=sys.stderr)

@@ -1,6 +1,8 @@
-"""train_gpt under `torchrun --max-restarts 1`: in the first attempt rank 1 dies abruptly (`os._exit`, as a killed
-process) at the start of step DEATH_STEP; in the restarted attempt rank 0 starts its process group START_DELAY
-seconds after rank 1 (ranks of a restarted job never start together). Each attempt prints one line saying so.
+"""An example (train_gpt; train_hf with DIE_THEN_RESTART_EXAMPLE=train_hf) under `torchrun --max-restarts 1`: in
+the first attempt rank 1 dies abruptly (`os._exit`, as a killed process) at the start of step DEATH_STEP; in the
+restarted attempt rank 0 starts its process group START_DELAY seconds after rank 1 (the ranks of a restarted job
+never start together). With DIE_THEN_RESTART_NEVER_START=1 the restarted rank 0 never starts its group (a rank that
+cannot come back): rank 1 can only wait. Each rank says which attempt it is in when it starts its group.
 """
 
 from __future__ import annotations
@@ -10,33 +12,47 @@ import sys
 import time
 from typing import Any
 
-from ort_zero.examples import train_gpt
+from ort_zero.examples import rank_run, train_gpt, train_hf
 
 DYING_RANK = 1
 DEATH_STEP = 5
 START_DELAY = 4.0
 EXIT_CODE = 17
 ATTEMPT = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+NEVER_START = os.environ.get("DIE_THEN_RESTART_NEVER_START") == "1"
+EXAMPLE = os.environ.get("DIE_THEN_RESTART_EXAMPLE", "train_gpt")
 
 _step = train_gpt.Trainer.step
-_init_distributed = train_gpt.init_distributed
+_step_begin = train_hf.StepLosses.on_step_begin
+_init_distributed = rank_run.init_distributed
+
+
+def die_at(step: int) -> None:
+    if ATTEMPT == 0 and os.environ["RANK"] == str(DYING_RANK) and step == DEATH_STEP:
+        print(f"die_then_restart: rank {DYING_RANK} exits with {EXIT_CODE} at step {step}", flush=True)
+        os._exit(EXIT_CODE)
 
 
 def step_or_die(self: train_gpt.Trainer, step: int) -> float:
-    if ATTEMPT == 0 and self.rank == DYING_RANK and step == DEATH_STEP:
-        print(f"die_then_restart: rank {self.rank} exits with {EXIT_CODE} at step {step}", flush=True)
-        os._exit(EXIT_CODE)
+    die_at(step)
     return _step(self, step)
 
 
+def step_begin_or_die(self: train_hf.StepLosses, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    die_at(state.global_step)
+    _step_begin(self, args, state, control, **kwargs)
+
+
 def init_distributed_late(*args: Any, **kwargs: Any) -> tuple[int, int]:
-    if ATTEMPT > 0 and os.environ.get("RANK") == "0":
-        time.sleep(START_DELAY)
-    print(f"die_then_restart: attempt {ATTEMPT} rank {os.environ.get('RANK')} starts its group", flush=True)
+    rank = os.environ["RANK"]
+    if ATTEMPT > 0 and rank == "0":
+        time.sleep(3600 if NEVER_START else START_DELAY)  # the launcher stops a rank that never starts
+    print(f"die_then_restart: attempt {ATTEMPT} rank {rank} starts its group", flush=True)
     return _init_distributed(*args, **kwargs)
 
 
 if __name__ == "__main__":
     train_gpt.Trainer.step = step_or_die
-    train_gpt.init_distributed = init_distributed_late
-    sys.exit(train_gpt.main())
+    train_hf.StepLosses.on_step_begin = step_begin_or_die
+    rank_run.init_distributed = init_distributed_late
+    sys.exit(train_hf.main() if EXAMPLE == "train_hf" else train_gpt.main())

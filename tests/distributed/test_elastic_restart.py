@@ -1,0 +1,114 @@
+"""A rank killed mid-run under `torchrun --max-restarts 1` (scripts/die_then_restart.py: rank 1 `os._exit`s at step
+5 of the first attempt; in the restarted attempt rank 0 starts its group 4 s after rank 1): the restarted attempt
+starts its own process group (ort_zero.distributed.attempt_store), resumes by itself from the newest checkpoint
+(`--resume auto`) and ends with the uninterrupted run's losses and weights, with torchrun's static and c10d
+rendezvous, natively and in ORT. Before attempt_store, the restarted ranks read the dead attempt's gloo addresses
+from torchrun's store: "connectFullMesh failed ... Connection refused", or both ranks waiting to be connected until
+the group's timeout. A restarted rank whose peer never starts its group fails after ORT_ZERO_COLLECTIVE_TIMEOUT
+with one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+from launcher import free_port, run_launcher, torchrun_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_GPT = ROOT / "ort_zero" / "examples" / "train_gpt.py"
+DIE_THEN_RESTART = Path(__file__).parent / "scripts" / "die_then_restart.py"
+CONFIG = ROOT / "ds_configs" / "zero3_cpu_fp32.json"
+JOB = [
+    "--deepspeed_config", str(CONFIG), "--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4",
+    "--seed", "7", "--steps", "8", "--save-every", "3", "--resume", "auto",
+]  # fmt: skip
+MODES = {"native": ["--native"], "ort": ["--ort"]}
+TOLERANCE = 1e-5
+TIMEOUT = 500
+BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
+
+
+def launch(
+    script: Path, out: Path, mode: str, rendezvous: str = "static", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    port = free_port()
+    options = ("--max-restarts", "1")
+    if rendezvous == "c10d":
+        options += ("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}")
+    argv = torchrun_cmd(script, [*JOB, *MODES[mode], "--output-dir", str(out)], port=port, options=options)
+    return run_launcher(argv, timeout=TIMEOUT, cwd=ROOT, env=env, check=False)
+
+
+def losses(out: Path) -> list[float]:
+    with (out / "losses.csv").open(newline="") as handle:
+        return [float(row["loss"]) for row in csv.DictReader(handle)]
+
+
+def weights(out: Path) -> dict[str, torch.Tensor]:
+    """The full fp32 weights of the run's last checkpoint (written at its last step)."""
+    return get_fp32_state_dict_from_zero_checkpoint(str(out / "checkpoints"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One run per mode without a fault, made lazily."""
+    runs: dict[str, Path] = {}
+
+    class Runs(dict):
+        def __missing__(self, mode: str) -> Path:
+            out = tmp_path_factory.mktemp(f"uninterrupted_{mode}")
+            done = launch(TRAIN_GPT, out, mode)
+            assert done.returncode == 0, done.stdout[-4000:]
+            self[mode] = out
+            return out
+
+    return Runs(runs)
+
+
+def check_restarted_run(out: Path, done: subprocess.CompletedProcess, reference: Path) -> None:
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert "die_then_restart: rank 1 exits with 17 at step 5" in done.stdout
+    assert "die_then_restart: attempt 1 rank 0 starts its group" in done.stdout, "torchrun did not restart the job"
+    assert "connectFullMesh" not in done.stdout
+    assert (out / "checkpoints" / "global_step3").is_dir() and (out / "checkpoints" / "global_step6").is_dir()
+    assert len(losses(out)) == 8
+    assert losses(out) == pytest.approx(losses(reference), abs=TOLERANCE)
+    resumed, straight = weights(out), weights(reference)
+    assert set(resumed) == set(straight)
+    assert max((resumed[name] - straight[name]).abs().max().item() for name in resumed) <= TOLERANCE
+
+
+@pytest.mark.parametrize("rendezvous", ["static", "c10d"])
+def test_a_killed_rank_restarts_and_resumes_natively(
+    tmp_path: Path, uninterrupted: dict[str, Path], rendezvous: str
+) -> None:
+    done = launch(DIE_THEN_RESTART, tmp_path, "native", rendezvous)
+    check_restarted_run(tmp_path, done, uninterrupted["native"])
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("rendezvous", ["static", "c10d"])
+def test_a_killed_rank_restarts_and_resumes_in_ort(
+    tmp_path: Path, uninterrupted: dict[str, Path], rendezvous: str
+) -> None:
+    done = launch(DIE_THEN_RESTART, tmp_path, "ort", rendezvous)
+    check_restarted_run(tmp_path, done, uninterrupted["ort"])
+    training = json.loads((tmp_path / "ort.json").read_text())["training"]
+    assert training["session"] and BRIDGES <= set(training["python_ops"]), training
+
+
+def test_a_restarted_rank_whose_peer_never_starts_fails_in_one_line(tmp_path: Path) -> None:
+    env = {"DIE_THEN_RESTART_NEVER_START": "1", "ORT_ZERO_COLLECTIVE_TIMEOUT": "20"}
+    done = launch(DIE_THEN_RESTART, tmp_path, "native", env=env)
+    assert done.returncode != 0
+    assert "die_then_restart: attempt 1 rank 1 starts its group" in done.stdout, done.stdout[-4000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("train_gpt: error (rank 1)")]
+    assert len(lines) == 1 and "could not start the process group with the other ranks" in lines[0], lines
+    restarted = done.stdout.split("attempt 1 rank 1 starts its group")[1]
+    assert "Traceback" not in restarted.split("torch/distributed/elastic")[0], "the rank showed a traceback"
