@@ -102,10 +102,9 @@ def loss_at(model: GPT, step: int, world_size: int = 2) -> float:
     seed, seq_len, corpus = int(options["--seed"]), int(options["--seq-len"]), load_corpus()
     model.eval()
     total = 0.0
-    for micro_step in range(step * accumulation, (step + 1) * accumulation):
-        for rank in range(world_size):
-            batch = sample_batch(seed, micro_step, rank, world_size, micro, seq_len, corpus)
-            total += model(**batch)["loss"].double().item()
+    for slot in range(world_size * accumulation):  # the step's global batch, whatever the ranks and accumulation
+        batch = sample_batch(seed, step, slot, world_size * accumulation, micro, seq_len, corpus)
+        total += model(**batch)["loss"].double().item()
     return total / (accumulation * world_size)
 
 

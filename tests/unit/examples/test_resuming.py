@@ -1,0 +1,91 @@
+"""The examples' resume options: `--resume` needs a complete checkpoint, `--resume auto` starts anew without one,
+`--universal` needs --resume and the newest checkpoint's universal form, and a checkpoint written by another number
+of ranks is refused in one line that names the conversion."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from ort_zero.examples.rank_run import UsageError
+from ort_zero.examples.resuming import (
+    add_resume_argument,
+    check_saved_ranks,
+    check_universal,
+    trainer_checkpoint,
+    universal_loading,
+)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_resume_argument(parser)
+    return parser.parse_args(argv)
+
+
+def zero_checkpoint(folder: Path, tag: str, ranks: int) -> Path:
+    (folder / tag).mkdir(parents=True)
+    for rank in range(ranks):
+        (folder / tag / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt").write_bytes(b"")
+    (folder / "latest").write_text(tag)
+    return folder
+
+
+def test_resume_takes_auto_or_nothing() -> None:
+    assert parse().resume is None and parse("--resume").resume == "always"
+    assert parse("--resume", "auto").resume == "auto"
+    with pytest.raises(SystemExit):
+        parse("--resume", "sometimes")
+
+
+def test_the_trainer_resumes_from_the_newest_complete_checkpoint(tmp_path: Path) -> None:
+    for step, complete in ((2, True), (4, False)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if complete:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    assert trainer_checkpoint("auto", tmp_path) == str(tmp_path / "checkpoint-2")
+    assert trainer_checkpoint("always", tmp_path) == str(tmp_path / "checkpoint-2")
+    assert trainer_checkpoint(None, tmp_path) is None
+
+
+def test_without_a_complete_checkpoint_auto_starts_anew_and_resume_stops(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-4").mkdir()  # cut short: no Trainer state
+    assert trainer_checkpoint("auto", tmp_path) is None
+    assert trainer_checkpoint("auto", tmp_path / "missing") is None
+    with pytest.raises(UsageError, match="no complete checkpoint-N folder .* use --resume auto to start anew"):
+        trainer_checkpoint("always", tmp_path)
+
+
+def test_universal_needs_resume() -> None:
+    check_universal(parse("--resume", "--universal"))
+    with pytest.raises(UsageError, match="--universal says how to resume: give --resume"):
+        check_universal(parse("--universal"))
+
+
+def test_universal_loading_keeps_the_rest_of_the_config() -> None:
+    config = {"train_micro_batch_size_per_gpu": 4, "checkpoint": {"tag_validation": "Warn"}}
+    assert universal_loading(config) == {
+        "train_micro_batch_size_per_gpu": 4, "checkpoint": {"tag_validation": "Warn", "load_universal": True}
+    }  # fmt: skip
+    assert "checkpoint" not in config["checkpoint"] and "load_universal" not in config["checkpoint"]
+
+
+def test_a_checkpoint_of_another_world_size_is_refused_with_the_conversion(tmp_path: Path) -> None:
+    folder = zero_checkpoint(tmp_path, "global_step4", ranks=2)
+    check_saved_ranks(folder, 2, universal=False)
+    check_saved_ranks(tmp_path / "none", 1, universal=False)  # nothing to resume: nothing to check
+    with pytest.raises(UsageError, match=r"written by 2 ranks and this run has 1; convert it with `ort-zero univer"):
+        check_saved_ranks(folder, 1, universal=False)
+
+
+def test_universal_needs_the_newest_checkpoints_conversion(tmp_path: Path) -> None:
+    folder = zero_checkpoint(tmp_path, "global_step4", ranks=2)
+    with pytest.raises(UsageError, match="global_step4 has no universal form yet"):
+        check_saved_ranks(folder, 1, universal=True)
+    (folder / "latest_universal").write_text("global_step2_universal")  # an older conversion
+    with pytest.raises(UsageError, match="global_step4 has no universal form yet"):
+        check_saved_ranks(folder, 1, universal=True)
+    (folder / "latest_universal").write_text("global_step4_universal")
+    check_saved_ranks(folder, 1, universal=True)
