@@ -36,6 +36,8 @@ def add_resume_argument(parser: argparse.ArgumentParser) -> None:
 def check_universal(args: Any) -> None:
     if args.universal and args.resume is None:
         raise UsageError("--universal says how to resume: give --resume (or --resume auto) too")
+    if args.universal and getattr(args, "deepspeed", True) is None:
+        raise UsageError("--universal sets the DeepSpeed config's checkpoint.load_universal: give --deepspeed CONFIG")
 
 
 def universal_loading(config: dict[str, Any]) -> dict[str, Any]:
@@ -63,14 +65,30 @@ def check_saved_ranks(checkpoint_dir: Path, world_size: int, universal: bool) ->
         )
 
 
-def trainer_checkpoint(mode: str | None, output_dir: Path) -> str | None:
-    """The Trainer's `resume_from_checkpoint` for `--resume [auto]`: the newest checkpoint-N folder every rank
-    finished (None: start at step 0)."""
-    if mode is None:
+def trainer_checkpoint(args: Any, world_size: int) -> str | None:
+    """The Trainer's `resume_from_checkpoint` for `--resume [auto] [--universal]` (args: resume, universal,
+    output_dir, deepspeed): the newest checkpoint-N folder every rank finished (None: start at step 0), checked for
+    this world size (`check_saved_ranks`)."""
+    check_universal(args)
+    if args.resume is None:
         return None
     from ort_zero.integrations.checkpoints import last_complete_checkpoint
 
-    found = last_complete_checkpoint(output_dir)
-    if found is None and mode == ALWAYS:
-        raise UsageError(f"--resume: no complete checkpoint-N folder in {output_dir}; use --resume auto to start anew")
+    found = last_complete_checkpoint(args.output_dir)
+    if found is None and args.resume == ALWAYS:
+        raise UsageError(
+            f"--resume: no complete checkpoint-N folder in {args.output_dir}; use --resume auto to start anew"
+        )
+    if found is not None:
+        check_saved_ranks(found, world_size, args.universal)
     return str(found) if found else None
+
+
+def trainer_deepspeed_config(path: Path | None, universal: bool) -> str | dict[str, Any] | None:
+    """TrainingArguments' `deepspeed`: the config file, or with --universal the config loading universal checkpoints
+    (None: accelerate's DeepSpeed plugin configures it)."""
+    if path is None or not universal:
+        return str(path) if path else None
+    from ort_zero.examples.config import load_config
+
+    return universal_loading(load_config(path))

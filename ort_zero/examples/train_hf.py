@@ -38,7 +38,7 @@ from ort_zero.distributed import shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_zero_stage, load_config
 from ort_zero.examples.hf_models import build_model, numels
 from ort_zero.examples.rank_run import UsageError, collective_timeout, configure_threads, start_process_group
-from ort_zero.examples.resuming import add_resume_argument, trainer_checkpoint
+from ort_zero.examples.resuming import add_resume_argument, trainer_checkpoint, trainer_deepspeed_config
 from ort_zero.examples.step_losses import StepLosses
 from ort_zero.foreign.transformers import attention_implementation
 from ort_zero.integrations import preemption
@@ -145,7 +145,7 @@ def training_arguments(args: argparse.Namespace, **overrides: Any) -> Any:
 
     fields: dict[str, Any] = dict(
         output_dir=str(args.output_dir),
-        deepspeed=str(args.deepspeed) if args.deepspeed else None,  # None: accelerate's DeepSpeed plugin
+        deepspeed=trainer_deepspeed_config(args.deepspeed, args.universal),  # None: accelerate's DeepSpeed plugin
         max_steps=args.max_steps,
         per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=args.batch_size,
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     training_args = training_arguments(args)  # first: a ZeRO-3 config then builds the model under zero.Init
     try:
         model, built = build_model(args)
-        resume = trainer_checkpoint(args.resume, args.output_dir)
+        resume = trainer_checkpoint(args, world_size)
         step_losses = StepLosses(args.output_dir / "losses.csv", rank)
         trainer = trainer_class(args.ort)(
             model=model,

@@ -15,14 +15,15 @@ from ort_zero.examples.resuming import (
     check_saved_ranks,
     check_universal,
     trainer_checkpoint,
+    trainer_deepspeed_config,
     universal_loading,
 )
 
 
-def parse(*argv: str) -> argparse.Namespace:
+def parse(*argv: str, output_dir: Path = Path("out"), deepspeed: Path | None = Path("ds.json")) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_resume_argument(parser)
-    return parser.parse_args(argv)
+    return parser.parse_args(argv, argparse.Namespace(output_dir=output_dir, deepspeed=deepspeed))
 
 
 def zero_checkpoint(folder: Path, tag: str, ranks: int) -> Path:
@@ -45,23 +46,34 @@ def test_the_trainer_resumes_from_the_newest_complete_checkpoint(tmp_path: Path)
         (tmp_path / f"checkpoint-{step}").mkdir()
         if complete:
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
-    assert trainer_checkpoint("auto", tmp_path) == str(tmp_path / "checkpoint-2")
-    assert trainer_checkpoint("always", tmp_path) == str(tmp_path / "checkpoint-2")
-    assert trainer_checkpoint(None, tmp_path) is None
+    newest = str(tmp_path / "checkpoint-2")
+    assert trainer_checkpoint(parse("--resume", "auto", output_dir=tmp_path), 2) == newest
+    assert trainer_checkpoint(parse("--resume", output_dir=tmp_path), 2) == newest
+    assert trainer_checkpoint(parse(output_dir=tmp_path), 2) is None
 
 
 def test_without_a_complete_checkpoint_auto_starts_anew_and_resume_stops(tmp_path: Path) -> None:
     (tmp_path / "checkpoint-4").mkdir()  # cut short: no Trainer state
-    assert trainer_checkpoint("auto", tmp_path) is None
-    assert trainer_checkpoint("auto", tmp_path / "missing") is None
+    assert trainer_checkpoint(parse("--resume", "auto", output_dir=tmp_path), 2) is None
+    assert trainer_checkpoint(parse("--resume", "auto", output_dir=tmp_path / "missing"), 2) is None
     with pytest.raises(UsageError, match="no complete checkpoint-N folder .* use --resume auto to start anew"):
-        trainer_checkpoint("always", tmp_path)
+        trainer_checkpoint(parse("--resume", output_dir=tmp_path), 2)
+
+
+def test_the_trainers_checkpoint_of_another_world_size_needs_universal(tmp_path: Path) -> None:
+    zero_checkpoint(tmp_path / "checkpoint-4", "global_step4", ranks=2)
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    assert trainer_checkpoint(parse("--resume", output_dir=tmp_path), 2) == str(tmp_path / "checkpoint-4")
+    with pytest.raises(UsageError, match="written by 2 ranks and this run has 1"):
+        trainer_checkpoint(parse("--resume", output_dir=tmp_path), 1)
 
 
 def test_universal_needs_resume() -> None:
     check_universal(parse("--resume", "--universal"))
     with pytest.raises(UsageError, match="--universal says how to resume: give --resume"):
         check_universal(parse("--universal"))
+    with pytest.raises(UsageError, match="--universal sets the DeepSpeed config's checkpoint.load_universal"):
+        check_universal(parse("--resume", "--universal", deepspeed=None))
 
 
 def test_universal_loading_keeps_the_rest_of_the_config() -> None:
@@ -70,6 +82,16 @@ def test_universal_loading_keeps_the_rest_of_the_config() -> None:
         "train_micro_batch_size_per_gpu": 4, "checkpoint": {"tag_validation": "Warn", "load_universal": True}
     }  # fmt: skip
     assert "checkpoint" not in config["checkpoint"] and "load_universal" not in config["checkpoint"]
+
+
+def test_the_trainer_gets_the_config_file_or_a_config_that_loads_universal_checkpoints(tmp_path: Path) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text('{"zero_optimization": {"stage": 3}}')
+    assert trainer_deepspeed_config(path, universal=False) == str(path)
+    assert trainer_deepspeed_config(None, universal=False) is None
+    assert trainer_deepspeed_config(path, universal=True) == {
+        "zero_optimization": {"stage": 3}, "checkpoint": {"load_universal": True}
+    }  # fmt: skip
 
 
 def test_a_checkpoint_of_another_world_size_is_refused_with_the_conversion(tmp_path: Path) -> None:
