@@ -22,26 +22,35 @@ from launcher import free_port, run_launcher, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_GPT = ROOT / "ort_zero" / "examples" / "train_gpt.py"
+TRAIN_HF = ROOT / "ort_zero" / "examples" / "train_hf.py"
+HF_JOB = ["--deepspeed", str(ROOT / "ds_configs" / "zero3_hf_auto.json"), "--max-steps", "8", "--save-steps", "3"]
 DIE_THEN_RESTART = Path(__file__).parent / "scripts" / "die_then_restart.py"
 CONFIG = ROOT / "ds_configs" / "zero3_cpu_fp32.json"
 JOB = [
     "--deepspeed_config", str(CONFIG), "--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4",
-    "--seed", "7", "--steps", "8", "--save-every", "3", "--resume", "auto",
+    "--seed", "7", "--steps", "8", "--save-every", "3",
 ]  # fmt: skip
 MODES = {"native": ["--native"], "ort": ["--ort"]}
+HF_MODES = {"native": ["--no-ort"], "ort": []}
 TOLERANCE = 1e-5
 TIMEOUT = 500
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
 
 
 def launch(
-    script: Path, out: Path, mode: str, rendezvous: str = "static", env: dict[str, str] | None = None
+    script: Path,
+    out: Path,
+    mode: str,
+    rendezvous: str = "static",
+    env: dict[str, str] | None = None,
+    job: tuple[str, ...] = (*JOB, "--resume", "auto"),
+    modes: dict[str, list[str]] = MODES,
 ) -> subprocess.CompletedProcess:
     port = free_port()
     options = ("--max-restarts", "1")
     if rendezvous == "c10d":
         options += ("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}")
-    argv = torchrun_cmd(script, [*JOB, *MODES[mode], "--output-dir", str(out)], port=port, options=options)
+    argv = torchrun_cmd(script, [*job, *modes[mode], "--output-dir", str(out)], port=port, options=options)
     return run_launcher(argv, timeout=TIMEOUT, cwd=ROOT, env=env, check=False)
 
 
@@ -112,3 +121,19 @@ def test_a_restarted_rank_whose_peer_never_starts_fails_in_one_line(tmp_path: Pa
     assert len(lines) == 1 and "could not start the process group with the other ranks" in lines[0], lines
     restarted = done.stdout.split("attempt 1 rank 1 starts its group")[1]
     assert "Traceback" not in restarted.split("torch/distributed/elastic")[0], "the rank showed a traceback"
+
+
+@pytest.mark.extended
+def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path) -> None:
+    """train_hf (ORTZeroTrainer, checkpoint-N every 3 steps) under the same fault: the restarted attempt resumes
+    from checkpoint-3 (`--resume auto`: the newest complete checkpoint) onto transformers.Trainer's curve."""
+    env, job = {"DIE_THEN_RESTART_EXAMPLE": "train_hf"}, (*HF_JOB, "--resume", "auto")
+    done = launch(DIE_THEN_RESTART, tmp_path / "ort", "ort", env=env, job=job, modes=HF_MODES)
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert "die_then_restart: rank 1 exits with 17 at step 5" in done.stdout
+    assert "die_then_restart: attempt 1 rank 0 starts its group" in done.stdout
+    reference = launch(TRAIN_HF, tmp_path / "native", "native", job=HF_JOB, modes=HF_MODES)
+    assert reference.returncode == 0, reference.stdout[-4000:]
+    assert len(losses(tmp_path / "ort")) == 8
+    assert losses(tmp_path / "ort") == pytest.approx(losses(tmp_path / "native"), abs=TOLERANCE)
+    assert json.loads((tmp_path / "ort" / "ort.json").read_text())["training"]["session"]

@@ -1,14 +1,15 @@
-"""A ZeRO-3 checkpoint resumed on another number of ranks (train_gpt, the plain DeepSpeed engine): written by 2 ranks
-and resumed on 1, or by 1 and resumed on 2, with the same global batch (1 rank accumulates 2 micro-batches), through
-`ort-zero universal-checkpoint` and `--resume --universal`: the resumed run's losses and final weights are the
-uninterrupted 2-rank run's. Without the conversion the run stops in one line that names it (DeepSpeed's own load
-refuses another world size with a traceback).
+"""A ZeRO-3 checkpoint resumed on another number of ranks (train_gpt, the plain DeepSpeed engine, and train_hf, the
+Trainer): written by 2 ranks and resumed on 1, or by 1 and resumed on 2, with the same global batch (1 rank
+accumulates 2 micro-batches), through `ort-zero universal-checkpoint` and `--resume --universal`: the resumed run's
+losses (and train_gpt's final weights) are the uninterrupted run's. Without the conversion the run stops in one line
+that names it (DeepSpeed's own load refuses another world size with a traceback).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from launcher import free_port, run_launcher, torchrun_cmd
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_GPT = ROOT / "ort_zero" / "examples" / "train_gpt.py"
 CONFIG = ROOT / "ds_configs" / "zero3_cpu_fp32.json"
+TRAIN_HF = ROOT / "ort_zero" / "examples" / "train_hf.py"
+HF_CONFIG = ROOT / "ds_configs" / "zero3_hf_auto.json"
 SMALL = ["--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4", "--seed", "7"]
 MODES = {"native": ["--native"], "ort": ["--ort"]}
 STEPS, SAVED_AT = 8, 4
@@ -97,3 +100,31 @@ def test_an_ort_checkpoint_resumes_on_another_number_of_ranks(
     check_same_run(out, uninterrupted)
     training = json.loads((out / "ort.json").read_text())["training"]
     assert training["session"] and BRIDGES <= set(training["python_ops"]), training
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize(("saved_on", "resumed_on"), [(2, 1), (1, 2)])
+def test_an_ort_zero_trainer_checkpoint_resumes_on_another_number_of_ranks(
+    tmp_path: Path, saved_on: int, resumed_on: int
+) -> None:
+    """train_hf (ORTZeroTrainer): the job's checkpoint-4 (its later ones removed), converted, resumes with
+    `--resume --universal` on the other number of ranks onto the curve the job drew uninterrupted."""
+    out = tmp_path / "run"
+
+    def train_hf(ranks: int, *args: str) -> None:
+        argv = ["--deepspeed", str(HF_CONFIG), "--max-steps", str(STEPS), "--output-dir", str(out), *args]
+        argv += ["--gradient-accumulation-steps", str(2 // ranks)]
+        run_launcher(torchrun_cmd(TRAIN_HF, argv, port=free_port(), nproc=ranks), timeout=TIMEOUT, cwd=ROOT)
+
+    train_hf(saved_on, "--save-steps", str(SAVED_AT))
+    uninterrupted = losses(out)
+    shutil.rmtree(out / f"checkpoint-{STEPS}")
+    convert = [sys.executable, "-m", "ort_zero.cli.main", "universal-checkpoint", str(out / f"checkpoint-{SAVED_AT}")]
+    subprocess.run(convert, check=True, timeout=TIMEOUT, capture_output=True, text=True)
+    began = (out / "ort.json").stat().st_mtime_ns
+    train_hf(resumed_on, "--resume", "--universal")
+    assert json.loads((out / "result.json").read_text())["world_size"] == resumed_on
+    assert len(losses(out)) == STEPS
+    assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
+    assert (out / "ort.json").stat().st_mtime_ns != began
+    assert json.loads((out / "ort.json").read_text())["training"]["session"], "the resumed run did not run in ORT"
