@@ -17,14 +17,13 @@ import torch
 
 from ...hooks.export_mode import is_exporting
 from .context import wanted_grads
-from .modules import own_params
 
 
 class LinearInTorch(torch.autograd.Function):
     """`F.linear(input, weight, bias)` by torch's matmuls, its backward written out: it keeps a copy of the input
     for the weight's gradient (`_SharedCopy`) and reads the weight from the module in the backward, where DeepSpeed
     has gathered it again (the module's post-forward bridge), so nothing of the forward's gathered weight is held.
-    `params` are the module's own parameters as ORT has them (gathered), in `own_params` order."""
+    `params` are the module's weight and bias as ORT has them (gathered), in `linear_params` order."""
 
     @staticmethod
     def forward(
@@ -34,9 +33,10 @@ class LinearInTorch(torch.autograd.Function):
         *params: torch.Tensor,
     ) -> torch.Tensor:
         wanted_grads(ctx, input, linear, *params)
-        gathered = dict(zip((name for name, _ in linear.named_parameters(recurse=False)), params, strict=True))
+        names = [name for name, _ in _named_linear_params(linear)]
+        gathered = dict(zip(names, params, strict=True))
         ctx.linear = linear
-        ctx.params = [(p, g.shape, g.dtype) for p, g in zip(own_params(linear), params, strict=True)]
+        ctx.params = [(p, g.shape, g.dtype) for p, g in zip(linear_params(linear), params, strict=True)]
         keep = linear.weight.requires_grad and not is_exporting()  # the trace's forward has no backward
         ctx.input = _SharedCopy.of(input) if keep else None
         return torch.nn.functional.linear(input, gathered["weight"], gathered.get("bias"))
@@ -66,6 +66,16 @@ class LinearInTorch(torch.autograd.Function):
         return [list(input[:-1]) + [weight[0]]], [dtypes[0]]
 
 
+def _named_linear_params(linear: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(name, p) for name, p in linear.named_parameters(recurse=False) if name in ("weight", "bias")]
+
+
+def linear_params(linear: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The weight and the bias (if any) `F.linear` reads: a subclass's other parameters (a logit scale its own
+    forward applies after the linear, as Dory's LM head) are not the kernel's."""
+    return [p for _, p in _named_linear_params(linear)]
+
+
 class _SharedCopy:
     """The copy of an input a linear layer keeps for its weight's gradient, shared with the next linear layer that
     reads the same values (a layer's q, k and v projections, its gate and up projections: one copy where each kept
@@ -93,6 +103,6 @@ def linear_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torc
     def forward(self: torch.nn.Module, input: torch.Tensor) -> torch.Tensor:
         if not isinstance(input, torch.Tensor) or not input.is_floating_point() or input.is_nested:
             return replaced(self, input)
-        return LinearInTorch.apply(input, self, *own_params(self))
+        return LinearInTorch.apply(input, self, *linear_params(self))
 
     return forward

@@ -5,6 +5,7 @@ reading a weight; a LoRA-frozen base layer gets no weight gradient."""
 from __future__ import annotations
 
 import gc
+import importlib
 from collections.abc import Callable
 
 import torch
@@ -12,10 +13,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ort_zero import patches
 from ort_zero.foreign import ortmodule as ort_internals
+from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.torch_kernels import LinearInTorch
 from ort_zero.python_op import function_name, function_name_of
 
 KERNEL = function_name(LinearInTorch)
+ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 TrainStep = Callable[..., dict]
 LAYERS = 2
 
@@ -68,3 +71,37 @@ def test_linears_reading_the_same_input_keep_one_copy(train_step: TrainStep) -> 
     # per layer: q, k, v share one copy, o its own, gate and up share one, down its own; and the LM head's
     assert len(kept) == 7 * LAYERS + 1
     assert len({t.data_ptr() for t in kept}) == 4 * LAYERS + 1
+
+
+class ScaledHead(torch.nn.Linear):
+    """A linear layer with a parameter of its own applied after `F.linear` (as Dory's LM head scales its logits)."""
+
+    def __init__(self) -> None:
+        super().__init__(8, 6, bias=False)
+        self.logit_scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * self.logit_scale
+
+
+class WithScaledHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = ScaledHead()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x).square().mean()
+
+
+def test_a_subclass_parameter_is_not_the_kernels(enabled: None) -> None:
+    torch.manual_seed(0)
+    reference, model = WithScaledHead(), WithScaledHead()
+    model.load_state_dict(reference.state_dict())
+    x = torch.randn(4, 8)
+    reference(x).backward()  # in PyTorch, before the kernels' patch
+    in_ort = ortmodule.ORTModule(model)
+    with patches.applied("torch_kernels"):
+        in_ort(x).backward()
+    assert KERNEL in ort_run_record(in_ort)["training"]["python_ops"]
+    for got, expected in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, expected.grad, rtol=1e-4, atol=1e-6)
