@@ -8,6 +8,7 @@ SIGTERM, then SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import subprocess
@@ -134,3 +135,16 @@ def tmpfs(folder: Path, kilobytes: int) -> Iterator[Path]:
 
 def remount(folder: Path, kilobytes: int) -> None:
     subprocess.run(["mount", "-o", f"remount,size={kilobytes}k", str(folder)], check=True)
+
+
+def logged_losses(out: Path) -> list[float]:
+    """The per-step losses a run wrote to `<out>/losses.csv`."""
+    with (out / "losses.csv").open(newline="") as handle:
+        return [float(row["loss"]) for row in csv.DictReader(handle)]
+
+
+def final_weights(out: Path) -> dict[str, Any]:
+    """The full fp32 weights of the ZeRO checkpoint in `<out>/checkpoints` (written at the run's last step)."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    return get_fp32_state_dict_from_zero_checkpoint(str(out / "checkpoints"))

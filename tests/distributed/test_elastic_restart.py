@@ -10,15 +10,12 @@ with one line.
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
-import torch
-from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-from launcher import free_port, run_launcher, torchrun_cmd
+from launcher import final_weights, free_port, logged_losses, run_launcher, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_GPT = ROOT / "ort_zero" / "examples" / "train_gpt.py"
@@ -54,16 +51,6 @@ def launch(
     return run_launcher(argv, timeout=TIMEOUT, cwd=ROOT, env=env, check=False)
 
 
-def losses(out: Path) -> list[float]:
-    with (out / "losses.csv").open(newline="") as handle:
-        return [float(row["loss"]) for row in csv.DictReader(handle)]
-
-
-def weights(out: Path) -> dict[str, torch.Tensor]:
-    """The full fp32 weights of the run's last checkpoint (written at its last step)."""
-    return get_fp32_state_dict_from_zero_checkpoint(str(out / "checkpoints"))
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One run per mode without a fault, made lazily."""
@@ -86,9 +73,9 @@ def check_restarted_run(out: Path, done: subprocess.CompletedProcess, reference:
     assert "die_then_restart: attempt 1 rank 0 starts its group" in done.stdout, "torchrun did not restart the job"
     assert "connectFullMesh" not in done.stdout
     assert (out / "checkpoints" / "global_step3").is_dir() and (out / "checkpoints" / "global_step6").is_dir()
-    assert len(losses(out)) == 8
-    assert losses(out) == pytest.approx(losses(reference), abs=TOLERANCE)
-    resumed, straight = weights(out), weights(reference)
+    assert len(logged_losses(out)) == 8
+    assert logged_losses(out) == pytest.approx(logged_losses(reference), abs=TOLERANCE)
+    resumed, straight = final_weights(out), final_weights(reference)
     assert set(resumed) == set(straight)
     assert max((resumed[name] - straight[name]).abs().max().item() for name in resumed) <= TOLERANCE
 
@@ -134,6 +121,6 @@ def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path) -> None:
     assert "die_then_restart: attempt 1 rank 0 starts its group" in done.stdout
     reference = launch(TRAIN_HF, tmp_path / "native", "native", job=HF_JOB, modes=HF_MODES)
     assert reference.returncode == 0, reference.stdout[-4000:]
-    assert len(losses(tmp_path / "ort")) == 8
-    assert losses(tmp_path / "ort") == pytest.approx(losses(tmp_path / "native"), abs=TOLERANCE)
+    assert len(logged_losses(tmp_path / "ort")) == 8
+    assert logged_losses(tmp_path / "ort") == pytest.approx(logged_losses(tmp_path / "native"), abs=TOLERANCE)
     assert json.loads((tmp_path / "ort" / "ort.json").read_text())["training"]["session"]

@@ -7,7 +7,6 @@ that names it (DeepSpeed's own load refuses another world size with a traceback)
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import subprocess
@@ -15,9 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-from launcher import free_port, run_launcher, torchrun_cmd
+from launcher import final_weights, free_port, logged_losses, run_launcher, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_GPT = ROOT / "ort_zero" / "examples" / "train_gpt.py"
@@ -48,15 +45,6 @@ def train(out: Path, mode: str, ranks: int, *args: str, check: bool = True) -> s
     return run_launcher(command, timeout=TIMEOUT, cwd=ROOT, check=check)
 
 
-def losses(out: Path) -> list[float]:
-    with (out / "losses.csv").open(newline="") as handle:
-        return [float(row["loss"]) for row in csv.DictReader(handle)]
-
-
-def weights(out: Path) -> dict[str, torch.Tensor]:
-    return get_fp32_state_dict_from_zero_checkpoint(str(out / "checkpoints"))
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 2-rank run of every step, natively (the reference for both modes, as in test_train_gpt_native)."""
@@ -80,9 +68,9 @@ def resized(tmp_path: Path, mode: str, saved_on: int, resumed_on: int) -> Path:
 
 
 def check_same_run(out: Path, reference: Path) -> None:
-    assert len(losses(out)) == STEPS
-    assert losses(out) == pytest.approx(losses(reference), abs=TOLERANCE)
-    resumed, straight = weights(out), weights(reference)
+    assert len(logged_losses(out)) == STEPS
+    assert logged_losses(out) == pytest.approx(logged_losses(reference), abs=TOLERANCE)
+    resumed, straight = final_weights(out), final_weights(reference)
     assert set(resumed) == set(straight)
     assert max((resumed[name] - straight[name]).abs().max().item() for name in resumed) <= TOLERANCE
 
@@ -117,14 +105,14 @@ def test_an_ort_zero_trainer_checkpoint_resumes_on_another_number_of_ranks(
         run_launcher(torchrun_cmd(TRAIN_HF, argv, port=free_port(), nproc=ranks), timeout=TIMEOUT, cwd=ROOT)
 
     train_hf(saved_on, "--save-steps", str(SAVED_AT))
-    uninterrupted = losses(out)
+    uninterrupted = logged_losses(out)
     shutil.rmtree(out / f"checkpoint-{STEPS}")
     convert = [sys.executable, "-m", "ort_zero.cli.main", "universal-checkpoint", str(out / f"checkpoint-{SAVED_AT}")]
     subprocess.run(convert, check=True, timeout=TIMEOUT, capture_output=True, text=True)
     began = (out / "ort.json").stat().st_mtime_ns
     train_hf(resumed_on, "--resume", "--universal")
     assert json.loads((out / "result.json").read_text())["world_size"] == resumed_on
-    assert len(losses(out)) == STEPS
-    assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
+    assert len(logged_losses(out)) == STEPS
+    assert logged_losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
     assert (out / "ort.json").stat().st_mtime_ns != began
     assert json.loads((out / "ort.json").read_text())["training"]["session"], "the resumed run did not run in ORT"
