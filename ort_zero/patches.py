@@ -466,17 +466,18 @@ _ort(
 )  # fmt: skip
 
 
-def _trimmed_after_first_forward(replaced: Any) -> Any:
-    from .ort.footprint import trimmed_after_first_forward
+def _trimmed_after_forward(replaced: Any) -> Any:
+    from .ort.footprint import trimmed_after_forward
 
-    return trimmed_after_first_forward(replaced)
+    return trimmed_after_forward(replaced)
 
 
 _ort(
-    "ort", "ort.trim_after_first_forward", f"{_ORTM}._execution_agent:TrainingAgent", "run_forward",
-    "a session's first forward leaves the export's garbage and ORT's first-run copies of the bridges' inputs in "
-    "glibc's heap (1.0 GiB per rank on a 162M LLaMA at seq 1024): after it the heap's free pages go back to the OS.",
-    _trimmed_after_first_forward,
+    "ort", "ort.trim_after_forward", f"{_ORTM}._execution_agent:TrainingAgent", "run_forward",
+    "a forward leaves in glibc's heap what it did not keep for the backward (most activations under the layer-wise "
+    "recompute: 0.6 GiB per rank on a 162M LLaMA at seq 1024), the first also the export's garbage (1.0 GiB): after "
+    "each the heap's free pages go back to the OS.",
+    _trimmed_after_forward,
 )  # fmt: skip
 
 

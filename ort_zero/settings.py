@@ -27,10 +27,10 @@ def recompute_level() -> int:
     return int(raw)
 
 
-def trim_after_backward() -> bool:
-    """Whether ORT training sessions hand the heap's free pages back to the OS after each backward and after their
-    first forward (ORT_ZERO_TRIM_AFTER_BACKWARD, default 1; why: `ort_zero.ort.footprint`)."""
-    raw = os.environ.get("ORT_ZERO_TRIM_AFTER_BACKWARD", "1").strip() or "1"
+def trim_heap() -> bool:
+    """Whether ORT training sessions on CPU hand the heap's free pages back to the OS after each forward and each
+    backward (ORT_ZERO_TRIM_HEAP, default 1; why: `ort_zero.ort.footprint`)."""
+    raw = os.environ.get("ORT_ZERO_TRIM_HEAP", "1").strip() or "1"
     if raw not in {"0", "1"}:
-        raise ValueError(f"ORT_ZERO_TRIM_AFTER_BACKWARD={raw!r}: use 1 (trim, the default) or 0")
+        raise ValueError(f"ORT_ZERO_TRIM_HEAP={raw!r}: use 1 (trim, the default) or 0")
     return raw == "1"

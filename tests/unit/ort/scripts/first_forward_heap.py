@@ -1,7 +1,7 @@
 """One process: a small LLaMA whose linear layers, attention and loss run as torch's kernels (PythonOps) in an
-ORTModule trained twice; prints, as JSON, RSS and the heap's live bytes right after ORT's first forward, and the live
-bytes after its second. Run by tests/unit/ort/test_footprint.py with and without ORT_ZERO_TRIM_AFTER_BACKWARD, and
-with `--checked` (the kernels run with ORT's safety copies)."""
+ORTModule trained twice; prints, as JSON, RSS and the heap's live bytes right after ORT's first and second forward. Run
+by tests/unit/ort/test_footprint.py with and without ORT_ZERO_TRIM_HEAP, and with `--checked` (the kernels run with
+ORT's safety copies)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ def main() -> None:
         json.dumps(
             {
                 **first,
+                "second_rss_mib": second["rss_mib"],
                 "second_live_mib": second["live_mib"],
                 "ort_ran": bool(record["session"]),
                 "python_ops": record["python_ops"],
