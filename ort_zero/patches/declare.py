@@ -1,0 +1,71 @@
+"""How a patch is declared: one helper per package it replaces code of, each with that package's tested versions, and
+factories imported only when their patch applies (`deferred`), so that importing the declarations imports neither
+DeepSpeed nor ONNX Runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..foreign.fingerprints import TESTED_SOURCES
+from ..foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
+from ..patching import Patch, register
+
+ORTM = "onnxruntime.training.ortmodule"
+GTM = f"{ORTM}._graph_transition_manager"
+GEM = f"{ORTM}._graph_execution_manager:GraphExecutionManager"
+IO = f"{ORTM}._io"
+
+
+def deferred(load: Callable[[], Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    """A replacement factory imported when its patch applies: `load` returns it."""
+
+    def make(replaced: Any) -> Any:
+        return load()(replaced)
+
+    return make
+
+
+def integration() -> Any:
+    from ..ort import integration
+
+    return integration
+
+
+def export_overrides() -> Any:
+    from ..ort import export_overrides
+
+    return export_overrides
+
+
+def checkpointing() -> Any:
+    from ..zero3 import checkpointing
+
+    return checkpointing
+
+
+def torch_patch(
+    group: str, name: str, owner: str, attribute: str, reason: str, factory: Any, adds: bool = False
+) -> None:
+    register(Patch(name, owner, attribute, "torch", TORCH_VERSIONS, reason, factory, adds=adds), group)
+
+
+def deepspeed_patch(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
+    register(Patch(name, owner, attribute, "deepspeed", DEEPSPEED_VERSIONS, reason, factory), group)
+
+
+def transformers_patch(
+    group: str, name: str, owner: str, attribute: str, reason: str, factory: Any, family: tuple[str, ...]
+) -> None:
+    """A patch of transformers' model code: outside the tested versions it applies where that code is unchanged."""
+    register(
+        Patch(
+            name, owner, attribute, "transformers", TRANSFORMERS_VERSIONS, reason, factory,
+            fingerprints=TESTED_SOURCES.get(name, ()), family=", ".join(family),
+        ),
+        group,
+    )  # fmt: skip
+
+
+def ort_patch(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
+    register(Patch(name, owner, attribute, "onnxruntime-training", ORT_VERSIONS, reason, factory), group)

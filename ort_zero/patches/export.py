@@ -1,0 +1,171 @@
+"""What is replaced only while ORTModule exports a ZeRO-3 model: torch ops and model code ONNX cannot express,
+attention, experts, linear layers and the loss as torch's kernels, autograd Functions ORT cannot run as they are, and
+users' checkpoints. `during_export` applies these groups around one export."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from ..foreign import deepspeed as ds_internals
+from ..ort import export_autograd, export_context, export_python_ops, export_rewrites, export_tuples, torch_kernels
+from ..patching import applied
+from .declare import ORTM, checkpointing, deepspeed_patch, deferred, ort_patch, torch_patch, transformers_patch
+
+PYTHON_OPS = "export_python_ops"
+TORCH_KERNELS = "torch_kernels"
+TORCH_EXPERTS = "torch_kernels_experts"
+AUTOGRAD_FUNCTIONS = "export_autograd_functions"
+
+
+@contextlib.contextmanager
+def during_export(module: Any) -> Iterator[None]:
+    """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, the torch ops that run
+    in PyTorch from the ORT graph (export_python_ops) and the rewrites of the model code `module` runs
+    (export_rewrites), applied while it lasts."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(applied("ort_export"))
+        stack.enter_context(applied(AUTOGRAD_FUNCTIONS))
+        stack.enter_context(applied(PYTHON_OPS))
+        stack.enter_context(applied(TORCH_KERNELS))
+        if "transformers.integrations.moe" in sys.modules:  # a model of transformers' experts may be exported
+            stack.enter_context(applied(TORCH_EXPERTS))
+        for group in export_rewrites.groups_for(module):
+            stack.enter_context(applied(group))
+        yield
+
+
+def _noting_parameter_reads(getitem: Any) -> Any:
+    from ..zero3.external_params import noting_reads
+
+    return noting_reads(getitem)
+
+
+deepspeed_patch(
+    "ort_export", "deepspeed.parameter_reads_in_export", "deepspeed.runtime.zero.parameter_offload:ZeROOrderedDict",
+    "__getitem__",
+    "DeepSpeed registers a parameter read outside its module's forward as an external parameter at the first eager "
+    "access, which an export never makes (its stand-ins are available): while ORTModule's output-schema forward "
+    "runs before the export, such reads are noted and registered the same way (zero3/external_params.py).",
+    _noting_parameter_reads,
+)  # fmt: skip
+
+
+deepspeed_patch(
+    "ort_export", "deepspeed.memory_efficient_linear_in_export", "torch.nn.functional", "linear",
+    "zero.Init leaves F.linear as DeepSpeed's LinearFunctionForZeroStage3, an autograd Function that saves "
+    "the weight it is given: traced into an ORT graph it keeps every gathered weight alive until the backward "
+    "and runs each Linear in PyTorch through a PythonOp. While ORTModule exports a ZeRO-3 model, F.linear is "
+    "torch's own, so Linear layers become ORT's Gemm/MatMul and the backward re-gathers their weights.",
+    ds_internals.torch_linear_behind_zero3_wrap,
+)  # fmt: skip
+torch_patch(
+    "ort_export", "torch.onnx_shape_inference_without_stand_ins", "torch._C",
+    "_jit_pass_onnx_graph_shape_type_inference",
+    "the TorchScript exporter hands its whole-graph shape inference every parameter, which keeps a dense "
+    "copy of each as a constant value: for a ZeRO-3 export, whose parameters are stand-ins that cost no memory, "
+    "the whole model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but "
+    "the stand-ins (their shapes are in the graph's input types).",
+    export_context.shape_inference_without_stand_ins,
+)  # fmt: skip
+torch_patch(
+    "ort_export", "torch.lower_unread_bridge_tuples", "torch._C", "_jit_pass_lower_all_tuples",
+    "a bridge returns its module's tensors as one tuple; where nothing reads them (types "
+    f"{', '.join(export_tuples.MODEL_TYPES)}) the tracer drops the unpack but keeps the PythonOp, and torch's tuple "
+    "lowering stops the export (Couldn't lower all tuples): while ORTModule exports a ZeRO-3 model each such tuple "
+    "gets an unpack nothing reads, and is flattened like the others (ort_zero/ort/export_tuples.py)",
+    export_tuples.lowering_unread_tuples,
+)  # fmt: skip
+
+for _method in ("scatter", "scatter_"):
+    torch_patch(
+        "ort_export", f"torch.{_method}_value_in_export", "torch:Tensor", _method,
+        "torch's TorchScript exporter fails an internal assert (alias analysis) on a scatter of a Python bool (the "
+        "DeepSeek-V3.2-style sparse attention's mask): while ORTModule exports a ZeRO-3 model, the bool is scattered "
+        "as the int 0 or 1 (the same values in a bool tensor)",
+        export_rewrites.int_and_bool_ops.scatter_bool_value_as_int,
+    )  # fmt: skip
+
+# Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export_rewrites/).
+for _rewrite in export_rewrites.REWRITES:
+    for _replacement in _rewrite.replacements:
+        _declaration = (_rewrite.group, _replacement.name, _replacement.owner, _replacement.attribute, _rewrite.reason)
+        if _replacement.package == "transformers":
+            transformers_patch(*_declaration, _replacement.factory, _rewrite.model_types)
+        else:
+            torch_patch(*_declaration, _replacement.factory)
+
+# Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
+# (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
+for _op in export_python_ops.PYTHON_OPS:
+    torch_patch(PYTHON_OPS, _op.name, _op.owner, _op.attribute, _op.reason, _op.replacing)
+
+# Attention and experts as torch's own kernels in PythonOps while a ZeRO-3 model is exported
+# (ort_zero/ort/torch_kernels/: what each saves, and how the layer-wise recompute re-runs them).
+torch_patch(
+    TORCH_KERNELS, "torch.sdpa_as_fused_kernel", "torch.nn.functional", "scaled_dot_product_attention",
+    "torch's exporter writes scaled_dot_product_attention as MatMul + Softmax: ORT then keeps a heads x seq x seq "
+    "probability tensor per layer for the backward (seq^2 memory); run by torch's fused kernel in a PythonOp, only "
+    "its output and log-sum-exp are kept (and nothing, under the layer-wise recompute)",
+    torch_kernels.sdpa_in_torch,
+)  # fmt: skip
+torch_patch(
+    TORCH_KERNELS, "torch.cross_entropy_in_torch", "torch.nn.functional", "cross_entropy",
+    "ORT 1.19.2's CPU SoftmaxCrossEntropyLoss takes 3x torch's time on a causal LM's logits ([1024, 32000]: 0.48 vs "
+    "0.16 s, one thread): a language model's loss runs as torch's log-softmax and NLL loss in a PythonOp",
+    torch_kernels.cross_entropy_in_torch,
+)  # fmt: skip
+torch_patch(
+    TORCH_KERNELS, "torch.linear_as_torch_matmul", "torch.nn:Linear", "forward",
+    "ORT 1.19.2's CPU MatMul takes 1.26-1.34x torch's time on a LLaMA-160M's linear layers at seq 1024 (one thread), "
+    "and at long sequences a step is matmuls (ORT-ZeRO3's step 1.26x native's): nn.Linear runs as torch's matmuls in "
+    "a PythonOp, on the module's own ZeRO-3 parameters",
+    torch_kernels.linear_in_torch,
+)  # fmt: skip
+transformers_patch(
+    TORCH_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",
+    "get_interface",
+    "transformers' experts implementations cannot be exported as they run: grouped_mm (the default) counts tokens "
+    "per expert with torch.histc (no symbolic), eager loops over the routed experts in Python (the trace keeps one "
+    "batch's routing), batched_mm copies every expert's weights per (token, expert) pair (3.7x native's memory at "
+    "87M): the chosen implementation runs in torch in a PythonOp, its backward by torch's autograd",
+    torch_kernels.experts_in_torch, ("mixture-of-experts",),
+)  # fmt: skip
+
+# Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
+CHECKPOINT_POLICY = (
+    "ORT cannot run a checkpoint: under ZeRO-3 it runs directly at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (ort_zero's "
+)
+CHECKPOINT_POLICY += "layer-wise recompute does its job), and stops the run with one line at 0. "
+torch_patch(
+    "ort_export", "torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply",
+    CHECKPOINT_POLICY + "every reentrant call arrives here, however checkpoint was bound",
+    deferred(lambda: checkpointing().torch_checkpoint_apply),
+)  # fmt: skip
+deepspeed_patch(
+    "ort_export", "deepspeed.checkpoint_in_export",
+    "deepspeed.runtime.activation_checkpointing.checkpointing:CheckpointFunction", "apply",
+    CHECKPOINT_POLICY + "every call arrives here, however checkpoint was bound",
+    deferred(lambda: checkpointing().deepspeed_checkpoint_apply),
+)  # fmt: skip
+ort_patch(
+    "ort_export", "ort.checkpoint_wrappers_in_export", ORTM, "ORTMODULE_ONNX_EXPORT_CONTEXT",
+    CHECKPOINT_POLICY + "ORT's checkpoint wrappers run the function (and print) at level 1 while this flag says an "
+    "export runs; a fresh [False] (read nowhere else) makes them hand every call on",
+    lambda replaced: [False],
+)  # fmt: skip
+
+# Autograd Functions of model and library code (TRL's, PhiMoE's, Reformer's, users'), exported while a ZeRO-3 model is
+# exported as PythonOps ORT can run: tensor outputs only, one gradient per input (ort_zero/ort/export_autograd.py).
+torch_patch(
+    AUTOGRAD_FUNCTIONS, "torch.autograd_function_with_tensor_outputs_in_export", "torch.autograd.function:Function",
+    "apply",
+    "ORT 1.19.2's PythonOp takes tensor outputs only and one gradient per input, present for each input it "
+    "differentiates; PyTorch lets a Function return None or numbers (TRL's ChunkedLogProbFunction), None gradients "
+    "(PhiMoE) and extra trailing Nones (Reformer). While ORTModule exports a ZeRO-3 model every Function but "
+    "ort_zero's and ORT's own runs through a wrapper with tensor outputs (constants back to the caller, checked at "
+    "each run) and one gradient per input (zeros for None)",
+    export_autograd.applying_with_tensor_outputs,
+)  # fmt: skip

@@ -1,0 +1,224 @@
+"""ONNX Runtime's ORTModule: how it exports, builds and runs a ZeRO-3 model's session, what it prints, and the model
+outputs and ops it cannot handle. The whole "ort" group, applied by `enable_zero3()`."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..ort import console, output_structures, shape_inference, torch_kernels
+from ..stack.cuda_provider import cuda_provider_required
+from .declare import GEM, GTM, IO, ORTM, checkpointing, deferred, export_overrides, integration, ort_patch
+from .export import CHECKPOINT_POLICY, during_export
+
+for _name, _owner, _attribute, _reason, _factory in [
+    (
+        "ort.configure_ort_compatible_zero_stage3", "onnxruntime.training.utils.hooks",
+        "configure_ort_compatible_zero_stage3",
+        "ORTModule calls it when ORTMODULE_ENABLE_ZERO_STAGE3=1; it fails on DeepSpeed >= 0.14 (rebinds closures "
+        "DeepSpeed renamed). ort_zero's subscriber replaces it.",
+        deferred(lambda: integration().configure_hooks),
+    ),
+    (
+        "ort.stage3_export_context", GTM, "stage3_export_context",
+        "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
+        "full-sized stand-ins for partitioned parameters without running collectives.",
+        deferred(lambda: functools.partial(integration().export_context, during_export=during_export)),
+    ),
+    (
+        "ort.parse_outputs_for_onnx_export_and_extract_schema", IO,
+        "parse_outputs_for_onnx_export_and_extract_schema",
+        "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
+        deferred(lambda: functools.partial(integration().schema_forward, during_export=during_export)),
+    ),
+    (
+        "ort.can_module_be_deep_cloned", IO, "can_module_be_deep_cloned",
+        "deep copies of ZeRO-3 parameters lose ds_* attributes and break the hooks.",
+        deferred(lambda: integration().deep_clone_check),
+    ),
+    (
+        "ort.post_export_process", f"{GTM}:GraphTransitionManager", "_post_export_process",
+        "ORT's stage-3 rewrite leaves removed parameters in ORTModule's input lists and never feeds the trigger; "
+        "ort_zero runs its own passes and keeps the lists in step.",
+        deferred(lambda: integration().post_export_process),
+    ),
+    *(
+        (
+            f"ort.{check}_as_list", f"{GTM}:GraphTransitionManager", f"_add_check_{check}",
+            "ORT returns None instead of its hooks when the compute optimizer is off "
+            "(ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0), then iterates over them: every export fails.",
+            deferred(lambda: integration().sparsity_hooks_as_list),
+        )
+        for check in ("embedding_sparsity_hook", "label_sparsity_hook")
+    ),
+    (
+        "ort.loud_fallback", f"{ORTM}._fallback:_FallbackManager", "fallback",
+        "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
+        "ort_zero announces it on every rank.",
+        deferred(lambda: integration().loud_fallback),
+    ),
+    (
+        "ort.session_options", GEM, "_get_session_config",
+        "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
+        "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
+        "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
+        deferred(lambda: integration().session_options),
+    ),
+]:  # fmt: skip
+    ort_patch("ort", _name, _owner, _attribute, _reason, _factory)
+ort_patch(
+    "ort", "ort.kernel_failure_raised", f"{ORTM}._execution_agent:TrainingAgent", "run_forward",
+    "ORT prints a PythonOp's Python error and raises 'Get null result' for the node: a torch kernel's failure "
+    "(ort_zero/ort/torch_kernels/failures.py) is raised as the step's error, naming the layer and what to pick",
+    torch_kernels.raising_kernel_failure,
+)  # fmt: skip
+ort_patch(
+    "ort", "ort.checkpoint_announcement", f"{GTM}:GraphTransitionManager", "_export_model",
+    CHECKPOINT_POLICY + "ORT captures what is printed while it exports and shows it on rank 0 only: the announcement "
+    "comes after the export",
+    deferred(lambda: checkpointing().announcing_after),
+)  # fmt: skip
+
+ort_patch(
+    "ort", "ort.export_overrides", f"{ORTM}._custom_op_symbolic_registry:CustomOpSymbolicRegistry", "register_all",
+    "torch's exporter with ORTModule's symbolics writes some aten ops in a form ORT 1.19.2 rejects (a LayerNorm "
+    "without weight) or not at all (expm1): each ORTModule registers ORT's symbolics, then ort_zero's overrides "
+    "(ort_zero/ort/export_overrides.py: each op, why, and the model types that need it). Registrations stay with "
+    "torch's exporter until the next ORTModule registers ORT's again.",
+    deferred(lambda: export_overrides().registering_overrides),
+)  # fmt: skip
+
+# ORT's symbolic shape inference on graphs it gave up on (ort_zero/ort/shape_inference.py says where and why).
+ort_patch(
+    "ort", "ort.shape_inference_finite_values", "onnxruntime.tools.symbolic_shape_infer:SymbolicShapeInference",
+    "_try_get_value",
+    "ORT's symbolic shape inference converts every constant it follows to an int: an infinite one (a clamp's "
+    "upper limit, in the Mamba-2 mixers) raised OverflowError; a value that is not finite is no shape: unknown",
+    shape_inference.finite_values_only,
+)  # fmt: skip
+ort_patch(
+    "ort", "ort.shape_inference_recursion", f"{GTM}:GraphTransitionManager", "_infer_shapes",
+    "ORT's symbolic shape inference recursed beyond Python's default limit on the Mamba-2 mixers' scan: the limit "
+    "is raised while it runs",
+    shape_inference.with_deeper_recursion,
+)  # fmt: skip
+
+
+def _gradients() -> Any:
+    from ..ort import gradients
+
+    return gradients
+
+
+ort_patch(
+    "ort", "ort.custom_gradients", f"{ORTM}._custom_gradient_registry:CustomGradientRegistry", "register_all",
+    "ORT 1.19.2 has no gradient builder for some ops torch's exporter writes (CumSum): each ORTModule registers ORT's "
+    "custom gradients, then ort_zero's (ort_zero/ort/gradients.py: each gradient, its math, and the model types that "
+    "need it). ORT's C++ registry has no way to remove a definition: they stay registered after a revert.",
+    deferred(lambda: _gradients().registering_gradients),
+)  # fmt: skip
+
+# What ORTModule prints (why each line goes: ort_zero/ort/console.py).
+ort_patch(
+    "ort", "ort.quiet_logger", f"{ORTM}.ortmodule", "configure_ortmodule_logger",
+    "ORT warns on every ZeRO-3 export that the user asked not to deep-copy the model (ort_zero skips the copy on "
+    "purpose) and prints its captured export log at warning level: the first goes, the second is DEBUG",
+    console.quiet_logger,
+)  # fmt: skip
+ort_patch(
+    "ort", "ort.feature_table", GEM, "_log_feature_stats",
+    "ORT's feature table says 'ZeRO Stage3 Support: OFF' and names ORT's memory optimizer while ort_zero runs "
+    "ZeRO-3 and its own recompute: not shown for a ZeRO-3 model",
+    console.feature_table_unless_zero3,
+)  # fmt: skip
+ort_patch(
+    "ort", "ort.graph_optimizers", f"{ORTM}.graph_optimizer_registry:GraphOptimizerRegistry", "optimize_all",
+    "the complete forward+backward graph is only reachable here, before ORT builds the session: ort_zero's pass "
+    "makes each module's backward read parameters gathered again for it instead of the forward's copies (ZeRO-3 "
+    "memory). ORT's registry has no way to remove a registered optimizer, so it is wrapped rather than registered, "
+    "which keeps the patch reversible.",
+    deferred(lambda: integration().graph_optimizers),
+)  # fmt: skip
+ort_patch(
+    "ort", "ort.graph_built_by", f"{ORTM}._training_manager:TrainingManager", "_build_graph",
+    "ORT's graph-optimizer registry is told only the model's class name: while a TrainingManager builds its graph "
+    "ort_zero notes which, so the training-graph passes' buffer plans stay with that model (a model that falls "
+    "back forgets its own, not every model's).",
+    deferred(lambda: integration().graph_built_by),
+)  # fmt: skip
+
+
+def _trimmed_after_backward(replaced: Any) -> Any:
+    from ..ort.footprint import trimmed_after_backward
+
+    return trimmed_after_backward(replaced)
+
+
+ort_patch(
+    "ort", "ort.trim_after_backward", f"{ORTM}._execution_agent:TrainingAgent", "run_backward",
+    "every step leaves more freed memory in glibc's heap under ORT than in PyTorch (1.2 vs 0.75 GiB per rank on a "
+    "162M LLaMA): after each backward the heap's free pages go back to the OS.",
+    _trimmed_after_backward,
+)  # fmt: skip
+
+
+def _trimmed_after_forward(replaced: Any) -> Any:
+    from ..ort.footprint import trimmed_after_forward
+
+    return trimmed_after_forward(replaced)
+
+
+ort_patch(
+    "ort", "ort.trim_after_forward", f"{ORTM}._execution_agent:TrainingAgent", "run_forward",
+    "a forward leaves in glibc's heap what it did not keep for the backward (most activations under the layer-wise "
+    "recompute: 0.6 GiB per rank on a 162M LLaMA at seq 1024), the first also the export's garbage (1.0 GiB): after "
+    "each the heap's free pages go back to the OS.",
+    _trimmed_after_forward,
+)  # fmt: skip
+
+
+def _training_execution_agent(replaced: Any) -> Any:
+    agent = integration()
+    return cuda_provider_required(agent.footprint_trimmed(agent.zero3_memory_optimizer_off(replaced)))
+
+
+_CUDA_REASON = (
+    "when ORT's CUDA provider cannot load, ORT builds the session on the CPU provider and ORTModule trains a CUDA "
+    "model on the CPU without a word; ort_zero refuses, naming what failed to load."
+)
+ort_patch(
+    "ort", "ort.cuda_provider_required.TrainingManager", f"{ORTM}._training_manager:TrainingManager",
+    "_create_execution_agent",
+    _CUDA_REASON + " And for a ZeRO-3 graph ORT's own memory optimizer (ORTMODULE_MEMORY_OPT_LEVEL/CONFIG) stays "
+    "off: it cannot recompute through the bridges and its recompute reads forward-gathered parameters; ort_zero's "
+    "recompute pass applies the level instead, and ORT's probe of it (a second session built at the first step "
+    "only to list what it could recompute) is not built. Once the session exists what ORTModule keeps beyond its "
+    "needs goes: "
+    "its graph builder (it makes a new one for every build), the dead memory of its graphs' protobufs and the "
+    "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks).",
+    _training_execution_agent,
+)  # fmt: skip
+ort_patch(
+    "ort", "ort.cuda_provider_required.InferenceManager", f"{ORTM}._inference_manager:InferenceManager",
+    "_create_execution_agent", _CUDA_REASON, cuda_provider_required,
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model outputs ORTModule's schema code cannot walk (ort_zero/ort/output_structures.py says why and how).
+_OUTPUTS_REASON = (
+    "ORTModule's output walk knows tensors, numbers, sequences and mappings only: a Hugging Face causal LM at its "
+    "defaults (use_cache=True) returns a transformers DynamicCache and every export stopped with 'Unsupported "
+    "flatten data type'. Where ORT's walk fails, torch's pytree walks the outputs and objects of plain attributes "
+    "that hold tensors are taken apart"
+)
+ort_patch(
+    "ort", "ort.outputs_of_any_structure", IO, "_extract_schema",
+    _OUTPUTS_REASON + " (their tensors become graph outputs).",
+    output_structures.extracting_any_structure,
+)  # fmt: skip
+ort_patch(
+    "ort", "ort.outputs_rebuilt_from_any_structure", GTM, "unflatten_data_using_schema",
+    _OUTPUTS_REASON + ", and put together again after every ORT run (ORT's own schemas are ORT's).",
+    output_structures.rebuilding_any_structure,
+)  # fmt: skip

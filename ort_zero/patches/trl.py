@@ -1,0 +1,29 @@
+"""TRL's trainers in ORT (ort_zero/integrations/trl.py): applied when an ORTZeroTrainer is created with TRL imported."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..foreign.versions import TRL_VERSIONS
+from ..patching import Patch, register
+from .declare import deferred
+
+
+def _foreign_gathers() -> Any:
+    from ..zero3 import foreign_gathers
+
+    return foreign_gathers
+
+
+TRL = "trl"
+register(
+    Patch(
+        "trl.lm_head_gather_of_parameters_only", "trl.trainer.utils", "maybe_gather_lm_head_ctx", "trl",
+        TRL_VERSIONS,
+        "TRL's ChunkedLogProbFunction gathers the LM head's ZeRO-3 parameters again in its backward; run by ORT as a "
+        "PythonOp it receives the full tensors ort_zero's bridges gathered (plain tensors, no ds_status): only "
+        "ZeRO-3 parameters are gathered, the rest are full already",
+        deferred(lambda: _foreign_gathers().gathering_parameters_only),
+    ),
+    TRL,
+)  # fmt: skip
