@@ -175,6 +175,11 @@ def registered() -> list[Patch]:
     return list(_REGISTRY.values())
 
 
+def groups() -> dict[str, list[Patch]]:
+    """Every group's patches, in the order they apply."""
+    return {group: [_REGISTRY[name] for name in names] for group, names in _GROUPS.items()}
+
+
 def _apply(patch: Patch) -> None:
     owner = patch.owner()
     patch.owned = patch.attribute in vars(owner)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..foreign import ortmodule as ort_internals
-from ..foreign import torch as torch_internals
+from . import export_symbolics
 from .export_einsum import einsum_symbolic
 from .export_masked_fill import bool_masked_fill
 
@@ -29,179 +29,6 @@ class ExportOverride:
     make_symbolic: Callable[[Callable[..., Any] | None], Callable[..., Any]]
 
 
-def _weightless_layer_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def layer_norm(g: Any, input: Any, normalized_shape: Any, weight: Any, bias: Any, eps: Any, cudnn: Any) -> Any:
-        dims = torch_internals.onnx_constant_ints(normalized_shape, "normalized_shape")
-        dtype = torch_internals.onnx_dtype(input)
-        if torch_internals.onnx_is_none(weight):
-            weight = g.op("Constant", value_t=torch.ones(dims, dtype=dtype))
-        if torch_internals.onnx_is_none(bias):  # ORT's gradient names an empty bias's gradient "_grad" for every node
-            bias = g.op("Constant", value_t=torch.zeros(dims, dtype=dtype))
-        return ort_symbolic(g, input, normalized_shape, weight, bias, eps, cudnn)  # ORTModule 1.19.2 registers one
-
-    return layer_norm
-
-
-def _expm1(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def expm1(g: Any, input: Any) -> Any:
-        one = g.op("Constant", value_t=torch.ones((), dtype=torch_internals.onnx_dtype(input)))
-        return g.op("Sub", g.op("Exp", input), one)
-
-    return expm1
-
-
-def _softplus(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def softplus(g: Any, input: Any, beta: Any, threshold: Any) -> Any:
-        # (1/b)·log(1 + exp(bx)) = (1/b)·(relu(bx) + log(1 + exp(-|bx|))), |y| = relu(y) + relu(-y): no overflow,
-        # and every op has a gradient in ORT. Above the threshold torch returns x itself; this differs by at most
-        # exp(-threshold)/b (2e-9 at torch's default of 20).
-        dtype = torch_internals.onnx_dtype(input)
-        scale = torch_internals.onnx_constant_float(beta, "beta")
-        scaled = (
-            input if scale == 1.0 else g.op("Mul", input, g.op("Constant", value_t=torch.tensor(scale, dtype=dtype)))
-        )
-        positive, negative = g.op("Relu", scaled), g.op("Relu", g.op("Neg", scaled))
-        one = g.op("Constant", value_t=torch.ones((), dtype=dtype))
-        tail = g.op("Log", g.op("Add", one, g.op("Exp", g.op("Neg", g.op("Add", positive, negative)))))
-        result = g.op("Add", positive, tail)
-        return (
-            result if scale == 1.0 else g.op("Div", result, g.op("Constant", value_t=torch.tensor(scale, dtype=dtype)))
-        )
-
-    return softplus
-
-
-def _rms_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def rms_norm(g: Any, input: Any, normalized_shape: Any, weight: Any, eps: Any) -> Any:
-        # ORT's own RMSNorm kernel (SimplifiedLayerNormalization, with a gradient), as ORT's fusions write it
-        dims = torch_internals.onnx_constant_ints(normalized_shape, "normalized_shape")
-        dtype = torch_internals.onnx_dtype(input)
-        if torch_internals.onnx_is_none(weight):
-            weight = g.op("Constant", value_t=torch.ones(dims, dtype=dtype))
-        epsilon = (
-            torch.finfo(dtype).eps
-            if torch_internals.onnx_is_none(eps)
-            else torch_internals.onnx_constant_float(eps, "eps")
-        )
-        normalized, _ = g.op(
-            "SimplifiedLayerNormalization", input, weight, axis_i=-len(dims), epsilon_f=epsilon, outputs=2
-        )
-        return normalized
-
-    return rms_norm
-
-
-def _bool_cumsum(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def cumsum(g: Any, input: Any, dim: Any, dtype: Any = None) -> Any:
-        from torch.onnx.symbolic_opset11 import cumsum as torch_cumsum
-
-        if torch_internals.onnx_dtype(input) == torch.bool:  # torch sums booleans as int64; ONNX CumSum has no bool
-            input = g.op("Cast", input, to_i=torch.onnx.TensorProtoDataType.INT64)
-        return torch_cumsum(g, input, dim, dtype)
-
-    return cumsum
-
-
-def _repeat_interleave_on_own_dim(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def repeat_interleave(g: Any, input: Any, repeats: Any, dim: Any = None, output_size: Any = None) -> Any:
-        from torch.onnx.symbolic_opset13 import repeat_interleave as torch_repeat_interleave
-
-        if not torch_internals.onnx_is_none(dim):  # a constant of its own, which torch's symbolic may change
-            dim = g.op("Constant", value_t=torch.tensor(torch_internals.onnx_constant_int(dim, "dim")))
-        return torch_repeat_interleave(g, input, repeats, dim, output_size)
-
-    return repeat_interleave
-
-
-def _logsumexp_keeping_dims(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def logsumexp(g: Any, input: Any, dim: Any, keepdim: Any) -> Any:
-        dims = torch_internals.onnx_constant_ints(dim, "dim")
-        reduced = g.op("ReduceLogSumExp", input, axes_i=dims, keepdims_i=1)  # ORT's gradient is valid for this form
-        if torch_internals.onnx_constant_int(keepdim, "keepdim"):
-            return reduced
-        if not dims:  # all dimensions reduced: every one is 1 now
-            return g.op("Squeeze", reduced)
-        return g.op("Squeeze", reduced, g.op("Constant", value_t=torch.tensor(dims, dtype=torch.int64)))
-
-    return logsumexp
-
-
-def _permute_nonnegative(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def permute(g: Any, input: Any, dims: Any) -> Any:
-        perm = [dim % len(order) for order in [torch_internals.onnx_constant_ints(dims, "dims")] for dim in order]
-        if perm == list(range(len(perm))):
-            return input
-        return g.op("Transpose", input, perm_i=perm)
-
-    return permute
-
-
-def _diff(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def diff(g: Any, input: Any, n: Any, dim: Any, prepend: Any, append: Any) -> Any:
-        # out[i] = x[i + 1] - x[i] along dim, n times, on prepend ++ x ++ append (booleans: x[i + 1] xor x[i])
-        axis = torch_internals.onnx_constant_int(dim, "dim")
-        parts = [part for part in (prepend, input, append) if not torch_internals.onnx_is_none(part)]
-        values = g.op("Concat", *parts, axis_i=axis) if len(parts) > 1 else input
-        step = "Xor" if torch_internals.onnx_dtype(input) == torch.bool else "Sub"
-
-        def ints(*values: int) -> Any:
-            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
-
-        for _ in range(torch_internals.onnx_constant_int(n, "n")):
-            later = g.op("Slice", values, ints(1), ints(torch.iinfo(torch.int64).max), ints(axis))
-            earlier = g.op("Slice", values, ints(0), ints(-1), ints(axis))
-            values = g.op(step, later, earlier)
-        return values
-
-    return diff
-
-
-def _l1_norm(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def linalg_vector_norm(g: Any, input: Any, ord: Any, dim: Any, keepdim: Any, dtype: Any) -> Any:
-        from torch.onnx.symbolic_opset11 import linalg_vector_norm as torch_norm
-
-        if torch_internals.onnx_constant_float(ord, "ord") != 1.0 or not torch_internals.onnx_is_none(dtype):
-            return torch_norm(g, input, ord, dim, keepdim, dtype)
-        magnitudes = g.op("Abs", input)
-        keep = int(torch_internals.onnx_constant_int(keepdim, "keepdim"))
-        if torch_internals.onnx_is_none(dim):  # torch sums every element (keepdim applies to no dimension)
-            return g.op("ReduceSum", magnitudes, keepdims_i=0)
-        axes = torch.tensor(torch_internals.onnx_constant_ints(dim, "dim"), dtype=torch.int64)
-        return g.op("ReduceSum", magnitudes, g.op("Constant", value_t=axes), keepdims_i=keep)
-
-    return linalg_vector_norm
-
-
-def _unflatten(ort_symbolic: Callable[..., Any] | None) -> Callable[..., Any]:
-    def unflatten(g: Any, input: Any, dim: Any, unflattened_size: Any) -> Any:
-        from torch.onnx.symbolic_opset13 import unflatten as torch_unflatten
-
-        rank = torch_internals.onnx_rank(input)
-        try:
-            axis, sizes = (
-                torch_internals.onnx_constant_int(dim, "dim"),
-                torch_internals.onnx_constant_ints(unflattened_size, "unflattened_size"),
-            )
-        except RuntimeError:  # sizes computed in the graph: torch's export
-            return torch_unflatten(g, input, dim, unflattened_size)
-        if rank is None:
-            return torch_unflatten(g, input, dim, unflattened_size)
-        axis %= rank
-
-        def ints(*values: int) -> Any:
-            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
-
-        # the new shape: the dimensions before `axis`, the sizes, those after, each slice of Shape at literal bounds
-        shape = g.op("Shape", input)
-        parts = [g.op("Slice", shape, ints(0), ints(axis))] if axis else []
-        parts.append(ints(*sizes))
-        if axis < rank - 1:
-            parts.append(g.op("Slice", shape, ints(axis + 1), ints(rank)))
-        return g.op("Reshape", input, g.op("Concat", *parts, axis_i=0) if len(parts) > 1 else parts[0])
-
-    return unflatten
-
-
 OVERRIDES: tuple[ExportOverride, ...] = (
     ExportOverride(
         "aten::layer_norm",
@@ -210,33 +37,33 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "LayerNormalization with an empty scale, which ORT rejects (INVALID_GRAPH: input 1 is marked single), and "
         "one without bias gets a gradient named '_grad' per node (duplicate definition): a missing scale becomes "
         "constant ones of the normalized shape, a missing bias zeros",
-        _weightless_layer_norm,
+        export_symbolics.weightless_layer_norm,
     ),
     ExportOverride(
         "aten::expm1",
         ("apertus",),
         "torch's exporter has no symbolic for expm1 at any opset: exported as Exp(x) - 1",
-        _expm1,
+        export_symbolics.expm1,
     ),
     ExportOverride(
         "aten::softplus",
         ("apertus", "doge"),
         "ORT 1.19.2 has no gradient for Softplus (torch's export of softplus): exported as relu and log(1 + exp(-|x|))",
-        _softplus,
+        export_symbolics.softplus,
     ),
     ExportOverride(
         "aten::rms_norm",
         ("diffllama",),
         "torch's exporter has no symbolic for rms_norm (torch.nn.RMSNorm, F.rms_norm) at opset 17: exported as ORT's "
         "SimplifiedLayerNormalization (its RMSNorm, which has a gradient)",
-        _rms_norm,
+        export_symbolics.rms_norm,
     ),
     ExportOverride(
         "aten::cumsum",
         ("llama4", "llama4_text"),
         "torch's exporter writes the cumulative sum of a boolean tensor as CumSum on bool, which ONNX does not define "
         "(ORT: INVALID_GRAPH): the booleans are cast to int64 first, as torch sums them",
-        _bool_cumsum,
+        export_symbolics.bool_cumsum,
     ),
     ExportOverride(
         "aten::repeat_interleave",
@@ -245,35 +72,35 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "traced constant itself; the tracer shares one constant -1 among all the ops that pass it, so every later "
         "dim=-1 and view(..., -1, d) of the model took the rotary embedding's positive dim (wrong axes, a Reshape "
         "that fails): each repeat_interleave gets a constant dim of its own",
-        _repeat_interleave_on_own_dim,
+        export_symbolics.repeat_interleave_on_own_dim,
     ),
     ExportOverride(
         "aten::logsumexp",
         ("granite_swa", "granitemoe_swa"),
         "ORT 1.19.2 builds an invalid gradient for ReduceLogSumExp without keepdims at opset 17 (an Unsqueeze with "
         "its axes as an attribute, which opset 13 made an input): exported with keepdims and a Squeeze after it",
-        _logsumexp_keeping_dims,
+        export_symbolics.logsumexp_keeping_dims,
     ),
     ExportOverride(
         "aten::permute",
         ("bamba", "falcon_h1", "granitemoehybrid", "mamba2", "nemotron_h", "zamba2"),
         "torch's symbolic writes permute's dims into Transpose's perm as given, negative ones too, which ONNX does not "
         "allow (ORT: Invalid attribute perm; the Mamba-2 mixers' permute(0, -2, -1, 1)): made nonnegative",
-        _permute_nonnegative,
+        export_symbolics.permute_nonnegative,
     ),
     ExportOverride(
         "aten::diff",
         ("blt",),
         "torch's exporter has no symbolic for diff (transformers' packed-sequence check calls torch.diff on the "
         "position ids when a batch has no attention mask, as BLT's patcher's does): exported as Slice and Sub",
-        _diff,
+        export_symbolics.diff,
     ),
     ExportOverride(
         "aten::linalg_vector_norm",
         ("dbrx",),
         "torch exports the L1 norm as ReduceL1, which ORT 1.19.2 has no gradient for (DBRX's router normalizes its "
         "top expert weights by it): exported as ReduceSum(Abs(x)); other norms keep torch's export",
-        _l1_norm,
+        export_symbolics.l1_norm,
     ),
     ExportOverride(
         "aten::unflatten",
@@ -282,7 +109,7 @@ OVERRIDES: tuple[ExportOverride, ...] = (
         "ORT's symbolic shape inference cannot tell the new shape's length and asserts on the Reshape "
         "(is_literal(shape_rank), Qwen4-Exp's gated residual): the dimension is resolved at export and the shape "
         "sliced at constant bounds",
-        _unflatten,
+        export_symbolics.unflatten,
     ),
     ExportOverride(
         "aten::masked_fill",

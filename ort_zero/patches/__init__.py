@@ -18,6 +18,7 @@ from ..patching import (
     applied,
     apply_group,
     fingerprint,
+    groups,
     is_applied,
     original,
     register,
@@ -28,6 +29,6 @@ from . import export, ortmodule, torch_onnx, trl, zero3
 from .trl import TRL
 
 __all__ = [
-    "TRL", "Patch", "UnsupportedVersionError", "applied", "apply_group", "export", "fingerprint", "is_applied",
-    "original", "ortmodule", "register", "registered", "revert_group", "torch_onnx", "trl", "zero3",
+    "TRL", "Patch", "UnsupportedVersionError", "applied", "apply_group", "export", "fingerprint", "groups",
+    "is_applied", "original", "ortmodule", "register", "registered", "revert_group", "torch_onnx", "trl", "zero3",
 ]  # fmt: skip

@@ -265,11 +265,9 @@ def _watch(worker: subprocess.Popen, results_path: Path, timeout: float, max_rss
 
 def _rss_gib(pid: int) -> float:
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
     except OSError:
         return 0.0
-    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return kib / 2**20
 
 
 def write_table(results: dict[str, dict[str, Any]], wanted: list[str], path: Path) -> None:

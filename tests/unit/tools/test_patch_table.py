@@ -1,0 +1,25 @@
+"""docs/patches.md's table is the declarations' (`ort_zero.tools.patch_table`): a reason is written once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ort_zero import patches
+from ort_zero.tools import patch_table
+
+PAGE = Path(__file__).parents[3] / "docs" / "patches.md"
+
+
+def test_the_page_shows_every_declaration_as_declared() -> None:
+    page = PAGE.read_text()
+    regenerate = "regenerate it: python -m ort_zero.tools.patch_table --write docs/patches.md"
+    assert patch_table.with_table(page) == page, regenerate
+    for patch in patches.registered():
+        assert f"`{patch.owner_path.replace(':', '.')}.{patch.attribute}`" in page, patch.name
+
+
+def test_a_page_without_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="no generated table"):
+        patch_table.with_table("# a page\n")
