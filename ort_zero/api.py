@@ -63,10 +63,6 @@ def enable_mem_efficient_grads(enabled: bool = True) -> None:
         patches.apply_group("ort")
 
 
-def mem_efficient_grads_enabled() -> bool:
-    return settings.mem_efficient_grads
-
-
 def ort_training_installed() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None and (
         importlib.util.find_spec("onnxruntime.training") is not None

@@ -76,7 +76,7 @@ def run(exported: ExportedGraph) -> BridgedParams:
     return BridgedParams(removed)
 
 
-PASS = GraphPass("zero3_params", run, provides=frozenset({"zero3_params_from_bridges", "trigger_input"}))
+PASS = GraphPass("zero3_params", run, provides=frozenset({"zero3_params_from_bridges"}))
 
 
 def rewrite_partitioned_params(
