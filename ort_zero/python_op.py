@@ -1,5 +1,6 @@
 """ort_zero's side of ORT's PythonOp contract: how an autograd Function is named in a PythonOp, how a PythonOp's
-attributes are read, and the callbacks ORT asks a Function for (shape inference, input aliases).
+attributes are read, the callbacks ORT asks a Function for (shape inference, input aliases), and the registries
+through which a PythonOp's integer arguments reach Python objects (`KeyedRegistry`).
 
 Below every other layer: the hooks' and ZeRO-3 bridges' Functions answer ORT's callbacks with it, and the ORT graph
 passes find and read ort_zero's PythonOps with it. Imports `onnx` only when a callback parses a node.
@@ -7,12 +8,16 @@ passes find and read ort_zero's PythonOps with it. Imports `onnx` only when a ca
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import itertools
+import weakref
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
 if TYPE_CHECKING:
     import onnx
+
+T = TypeVar("T")
 
 PYTHON_OP = "PythonOp"
 MS_DOMAIN = "com.microsoft"
@@ -85,3 +90,35 @@ def alias_maps(node_proto: bytes, non_tensor_inputs: int, passed_through: int | 
     through = min(outputs, tensor_inputs) if passed_through is None else passed_through
     forward = [non_tensor_inputs + i if i < through else -1 for i in range(outputs)]
     return forward, [-1] * (non_tensor_inputs + tensor_inputs)
+
+
+class KeyedRegistry(Generic[T]):
+    """Objects a PythonOp finds by the integer it carries: ORT stores a PythonOp's non-tensor arguments as scalars,
+    so a module's state, a parameter or a subscriber travels through the graph as a key into one of these.
+
+    One lifetime rule for all of them: an entry lives while something else holds its object (the registry holds it
+    weakly) and until it is removed; a graph that still names a key whose object is gone gets an error that says so.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._entries: weakref.WeakValueDictionary[int, T] = weakref.WeakValueDictionary()
+        self._next_key = itertools.count(1)
+
+    def add(self, entry: T, key: int | None = None) -> int:
+        """Registers `entry` under `key` (a fresh one when None) and returns the key."""
+        key = next(self._next_key) if key is None else key
+        self._entries[key] = entry
+        return key
+
+    def remove(self, key: int) -> None:
+        self._entries.pop(key, None)
+
+    def __getitem__(self, key: int) -> T:
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise RuntimeError(
+                f"ort_zero: no {self.what} for key {key}: it was unsubscribed or collected (disable_zero3, the engine "
+                "or the model destroyed) while an exported graph still refers to it"
+            ) from None

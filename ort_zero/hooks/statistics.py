@@ -18,16 +18,14 @@ only. As in torch, a NaN makes mean, std, min and max NaN; non-finite values are
 
 from __future__ import annotations
 
-import itertools
 import json
-import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..python_op import alias_maps, same_shapes
+from ..python_op import KeyedRegistry, alias_maps, same_shapes
 from .export_mode import is_exporting
 from .nested import flatten
 from .passthrough import input_grads, keyed_alias_input, keyed_backward, passed_through
@@ -38,8 +36,7 @@ MODULE_OUTPUT = "module_output"
 ACTIVATION = "activation"
 
 _current: StatisticsSubscriber | None = None  # whose forward is running (traced or not), for inspect_activation
-_next_key = itertools.count(1)
-_SUBSCRIBERS: weakref.WeakValueDictionary[int, StatisticsSubscriber] = weakref.WeakValueDictionary()
+SUBSCRIBERS: KeyedRegistry[StatisticsSubscriber] = KeyedRegistry("statistics subscriber")
 
 
 def rank_dir(output_dir: str | Path, rank: int) -> Path:
@@ -125,8 +122,7 @@ class StatisticsSubscriber(SubscriberBase):
         self.compute_on_cpu = compute_on_cpu
         self.bucket_size = bucket_size
         self.step = 0
-        self.key = next(_next_key)
-        _SUBSCRIBERS[self.key] = self
+        self.key = SUBSCRIBERS.add(self)
         self._labels: dict[tuple[str, str], int] = {}  # (name, kind) -> label, the integer a recorder op carries
         self._names: dict[int, str] = {}
         self._previous: StatisticsSubscriber | None = None
@@ -211,7 +207,7 @@ class RecordStatistics(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, key: int, label: int, tensor: torch.Tensor) -> torch.Tensor:
         if not is_exporting():
-            _SUBSCRIBERS[key].record_label(label, tensor)
+            SUBSCRIBERS[key].record_label(label, tensor)
         return passed_through(ctx, RecordStatistics, (key, label), (tensor,))[0]
 
     @staticmethod
@@ -231,7 +227,7 @@ class EndStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not is_exporting():
-            _SUBSCRIBERS[key].finish_step()
+            SUBSCRIBERS[key].finish_step()
         return passed_through(ctx, EndStep, (key,), tensors)
 
     backward = staticmethod(keyed_backward)

@@ -9,9 +9,8 @@ key (see `state.py`) and never run a collective while the model is being traced 
                                             backward: ORT's param grads to DeepSpeed, then release after backward
     PostForwardBridge  module outputs       forward: release params; backward: gather for the module's backward
 
-The bridges that only ORT graphs have live beside the passes that insert them: `BackwardParamsBridge`
-(`ort_zero.ort.passes.backward_gather`), `RecomputeStartBridge` and `RecomputeParamsBridge`
-(`ort_zero.ort.passes.recompute_bridges`).
+Each is a pass-through to its module's `ModuleState` (`state.py`), where every gather and release is. The bridges
+only ORT's training graph has are in `ort_bridges.py`.
 """
 
 from __future__ import annotations
@@ -19,14 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from deepspeed.runtime.zero.partition_parameters import register_external_parameter, unregister_external_parameter
-from deepspeed.utils import z3_leaf_module
 
 from .. import python_op
-from ..foreign import deepspeed as ds_internals
-from ..foreign import torch as torch_internals
 from ..hooks import is_exporting, passthrough
-from . import grad_handoff
 from . import state as zero3_state
 
 
@@ -36,7 +30,7 @@ class StepStartBridge(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not is_exporting():
-            zero3_state.lookup(key).offload.get_param_coordinator().reset_step()
+            zero3_state.lookup(key).start_step()
         return passthrough.passed_through(ctx, StepStartBridge, (key,), tensors)
 
     backward = staticmethod(passthrough.keyed_backward)
@@ -60,10 +54,7 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
         if not is_exporting():
-            # Counted afresh at every forward, as DeepSpeed does: a checkpoint's recompute forward (whose graph no
-            # backward runs) or a forward whose backward was cut short must not leave a count nothing takes away.
-            module_state.grads_remaining = 1 if ctx.counted else 0
-            module_state.offload.pre_sub_module_forward_function(module_state.module)
+            module_state.gather_for_forward(ctx.counted)
         outputs = passthrough.passed_through(ctx, PreForwardBridge, (key, input_count), tensors[:input_count])
         if ctx.placeholders:
             params = module_state.bridged_params()
@@ -80,15 +71,9 @@ class PreForwardBridge(torch.autograd.Function):
         module_state = zero3_state.lookup(ctx.key)
         param_grads = grads[ctx.input_count :]
         if param_grads:
-            for param, grad in zip(module_state.bridged_params(), param_grads, strict=False):
-                if grad is not None and param.requires_grad:
-                    grad_handoff.hand_over(param, grad)
-            if z3_leaf_module(module_state.module):
-                _run_leaf_reduce_hooks(module_state.module)
+            module_state.gradients_arrived(param_grads)
         if ctx.counted:
-            module_state.grads_remaining -= 1
-            if module_state.grads_remaining == 0:
-                module_state.offload.post_sub_module_backward_function(module_state.module)
+            module_state.backward_done()
         placeholder_grads = [
             torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders
         ]
@@ -121,52 +106,18 @@ class PostForwardBridge(torch.autograd.Function):
         ctx.key = key
         ctx.counted = any(ctx.needs_input_grad[1:])
         if not is_exporting():
-            release_after_forward(module_state)
-            if ctx.counted:
-                module_state.pending_pre_backward += 1
+            module_state.release_after_forward(ctx.counted)
         return passthrough.passed_through(ctx, PostForwardBridge, (key,), tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        module_state = zero3_state.lookup(ctx.key)
-        if ctx.counted and module_state.pending_pre_backward > 0:
-            module_state.pending_pre_backward -= 1
-            module_state.offload.pre_sub_module_backward_function(module_state.module)
+        if ctx.counted:
+            zero3_state.lookup(ctx.key).gather_for_backward()
         return (None, *passthrough.input_grads(ctx, grads))
 
     infer_shape = staticmethod(python_op.same_shapes)
     alias_input = staticmethod(passthrough.keyed_alias_input)
 
 
-def release_after_forward(module_state: zero3_state.ModuleState) -> None:
-    """DeepSpeed's post-forward: leave the module on the forward stack, hand the parameters it returned to the
-    enclosing module, then release its parameters."""
-    ds_internals.forward_module_stack().pop()
-    for param in module_state.returned_params:
-        hand_to_enclosing_module(module_state.module, param)
-    module_state.offload.post_sub_module_forward_function(module_state.module)
-
-
-def hand_to_enclosing_module(module: torch.nn.Module, param: torch.nn.Parameter) -> None:
-    """A parameter `module` returned is used after `module` ends, as DeepSpeed handles it: unless a module still
-    running has it already, it becomes an external parameter of the innermost one (leaving `module`'s, which the
-    enclosing module now covers) and stays gathered; external parameters are never released after a module."""
-    running = ds_internals.forward_module_stack()
-    if any(ds_internals.has_external_param(m, param) for m in running):
-        return
-    param.is_external_param = True
-    register_external_parameter(running[-1], param)
-    if ds_internals.has_external_param(module, param):
-        unregister_external_parameter(module, param)
-    param.all_gather()
-
-
-def _run_leaf_reduce_hooks(module: torch.nn.Module) -> None:
-    """DeepSpeed reduces a z3 leaf module's gradients in a full backward hook on the module, which cannot fire
-    when the module's backward runs inside ORT; run it here, once its parameters have their gradients."""
-    for hook in torch_internals.full_backward_hooks(module):
-        hook(module, (), ())
-
-
 BRIDGES: tuple[type[torch.autograd.Function], ...] = (StepStartBridge, PreForwardBridge, PostForwardBridge)
-"""The bridges the exporter traces; BackwardParamsBridge is only ever inserted into ORT's training graph."""
+"""The bridges the exporter traces; those of `ort_bridges.py` are only ever inserted into ORT's training graph."""

@@ -1,29 +1,57 @@
-"""Explicit per-module ZeRO-3 state, reachable from a plain integer key.
+"""One hooked module's ZeRO-3 state, and every change to it: when its parameters are gathered, released, gathered
+again for its backward or for a recompute, and when its gradients go to DeepSpeed.
 
-Bridges are autograd Functions defined once, at module level; ONNX Runtime stores their non-tensor arguments in the
-PythonOp, so the module travels as an integer key into this registry rather than as a Python object. The same key
-lets ORT's shape-inference callbacks find a module's parameter shapes from the graph node alone.
+`ModuleState`'s methods are the only code that calls DeepSpeed's per-module gathers and releases; the autograd
+Functions that run at step time (`bridges.py`: traced into every graph; `ort_bridges.py`: inserted into ORT's
+training graph) are pass-throughs to them, as FSDP2's Functions are to its `FSDPParamGroup`. A module's count of
+backwards to come is DeepSpeed's, not a strict state machine: DeepSpeed counts it afresh at every forward, so a
+module used twice, or a forward whose backward never runs (a checkpoint's recompute), is handled as natively;
+`phase` records where the last call left the module.
+
+Bridges are defined once, at module level, and ONNX Runtime stores their non-tensor arguments in the PythonOp, so
+the module travels as an integer key into `STATES`; the same key lets ORT's shape-inference callbacks find a
+module's parameter shapes from the graph node alone.
 """
 
 from __future__ import annotations
 
-import itertools
+import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from deepspeed.runtime.zero.partition_parameters import (
+    ZeroParamStatus,
+    register_external_parameter,
+    unregister_external_parameter,
+)
+from deepspeed.runtime.zero.partitioned_param_coordinator import iter_params
+from deepspeed.utils import z3_leaf_module
 
-_next_key = itertools.count(1)
-_STATES: dict[int, ModuleState] = {}
+from ..foreign import deepspeed as ds_internals
+from ..foreign import torch as torch_internals
+from ..python_op import KeyedRegistry
+from . import grad_handoff
+
+
+class Phase(enum.Enum):
+    """Where a module is in the step, as its last lifecycle call left it."""
+
+    IDLE = "idle"  # partitioned, no backward pending: before its first forward, or after its backward
+    FORWARD = "forward"  # gathered for its forward
+    AFTER_FORWARD = "after forward"  # released after its forward
+    BACKWARD = "backward"  # gathered for its backward
 
 
 @dataclass(eq=False)
 class ModuleState:
-    """What the bridges need to know about one module under ZeRO-3."""
+    """One module under ZeRO-3: what the bridges need to know about it, and the methods that change it."""
 
     module: torch.nn.Module
     offload: Any  # deepspeed.runtime.zero.parameter_offload.DeepSpeedZeRoOffload
-    key: int = field(default_factory=lambda: next(_next_key))
+    key: int = 0  # its key in `STATES`, set by `register`
+    phase: Phase = Phase.IDLE
     # Input-gradient contributions still to come before the module's parameters can be released after backward.
     grads_remaining: int = 0
     # Post-forward bridges applied to outputs whose backward has not yet run (one gather each).
@@ -45,33 +73,129 @@ class ModuleState:
             self.exported_params = fetched_params(self.module)
         return self.exported_params
 
+    def start_step(self) -> None:
+        """The outermost module's forward begins: DeepSpeed's coordinator starts a step (its trace, its prefetch)."""
+        self.offload.get_param_coordinator().reset_step()
+
+    def gather_for_forward(self, counted: bool) -> None:
+        """Before its forward. The backwards to come are counted afresh at every forward, as DeepSpeed does: a
+        checkpoint's recompute forward (whose graph no backward runs) or a forward whose backward was cut short must
+        not leave a count nothing takes away. `counted`: a gradient will flow back through this call."""
+        self.grads_remaining = 1 if counted else 0
+        self.offload.pre_sub_module_forward_function(self.module)
+        self.phase = Phase.FORWARD
+
+    def release_after_forward(self, counted: bool) -> None:
+        """After its forward, DeepSpeed's post-forward: leave the forward stack, hand the parameters it returned to
+        the enclosing module, release the rest. `counted`: its backward will gather them again."""
+        ds_internals.forward_module_stack().pop()
+        for param in self.returned_params:
+            hand_to_enclosing_module(self.module, param)
+        self.offload.post_sub_module_forward_function(self.module)
+        if counted:
+            self.pending_pre_backward += 1
+        self.phase = Phase.AFTER_FORWARD
+
+    def gather_for_backward(self) -> None:
+        """Before its backward: gathered again, once per counted release."""
+        if self.pending_pre_backward > 0:
+            self.pending_pre_backward -= 1
+            self.offload.pre_sub_module_backward_function(self.module)
+            self.phase = Phase.BACKWARD
+
+    def params_for_backward(self, ds_ids: Sequence[int]) -> tuple[torch.Tensor, ...]:
+        """Under ORT, the parameters its backward reads, as gathered again for it (`gather_for_backward`)."""
+        by_id = {p.ds_id: p for p in fetched_params(self.module)}
+        params = [by_id.get(ds_id) for ds_id in ds_ids]
+        missing = [ds_id for ds_id, p in zip(ds_ids, params, strict=True) if p is None or not _available(p)]
+        if missing and all(p is not None for p in params) and self.grads_remaining == 0:
+            # A module called twice in one forward: the backward of one call released its parameters (DeepSpeed
+            # counts a module's pending backwards afresh at each call) before ORT ran this one's; gather them again,
+            # and count this backward, so that its end releases them.
+            self.offload.pre_sub_module_backward_function(self.module)
+            self.grads_remaining += 1
+            self.phase = Phase.BACKWARD
+            missing = [ds_id for ds_id, p in zip(ds_ids, params, strict=True) if not _available(p)]
+        if missing:
+            raise RuntimeError(
+                f"ort_zero: the backward of {type(self.module).__name__} (ds_id {self.module.ds_id}) needs "
+                f"parameters {missing}, which DeepSpeed has not gathered for it"
+            )
+        return tuple(p.detach() for p in params)
+
+    def params_for_recompute(self, ds_ids: Sequence[int]) -> tuple[torch.Tensor, ...]:
+        """Under ORT, before its recomputed forward ops: its parameters gathered for them. The full tensors go to
+        ORT, which frees them after the recomputed ops; DeepSpeed's own state is left as found (what was partitioned
+        is partitioned again at once), as a checkpointed module's recompute gathers and releases natively."""
+        by_id = {p.ds_id: p for p in fetched_params(self.module)}
+        params = [by_id[ds_id] for ds_id in ds_ids]
+        ds_internals.wait_for_inflight_gathers(self.offload, params)
+        partitioned = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
+        if partitioned:
+            partitioned[0].all_gather(param_list=partitioned)
+        full = tuple(p.detach() for p in params)  # ORT's references keep the gathered storage alive
+        if partitioned:
+            partitioned[0].partition(param_list=partitioned, has_been_updated=False)
+        return full
+
+    def gradients_arrived(self, grads: Sequence[torch.Tensor | None]) -> None:
+        """Its backward computed its parameters' gradients (ORT's): each goes to DeepSpeed while still gathered."""
+        for param, grad in zip(self.bridged_params(), grads, strict=False):
+            if grad is not None and param.requires_grad:
+                grad_handoff.hand_over(param, grad)
+        if z3_leaf_module(self.module):
+            # DeepSpeed reduces a z3 leaf module's gradients in a full backward hook on the module, which cannot
+            # fire when the module's backward runs inside ORT: run it now that its parameters have gradients.
+            for hook in torch_internals.full_backward_hooks(self.module):
+                hook(self.module, (), ())
+
+    def backward_done(self) -> None:
+        """One backward through its inputs ended; after the last, DeepSpeed's post-backward releases."""
+        self.grads_remaining -= 1
+        if self.grads_remaining == 0:
+            self.offload.post_sub_module_backward_function(self.module)
+            self.phase = Phase.IDLE
+
+
+STATES: KeyedRegistry[ModuleState] = KeyedRegistry("ZeRO-3 module state")
+"""Every hooked module's state, held by its subscriber (`ZeROOffloadSubscriber.states`) until it closes."""
+
+
+def register(module: torch.nn.Module, offload: Any) -> ModuleState:
+    state = ModuleState(module, offload)
+    state.key = STATES.add(state)
+    return state
+
+
+def unregister(state: ModuleState) -> None:
+    STATES.remove(state.key)
+
+
+def lookup(key: int) -> ModuleState:
+    return STATES[key]
+
 
 def fetched_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
     """The parameters DeepSpeed fetches for `module`: its own, its external ones, and all below a z3 leaf module."""
-    from deepspeed.runtime.zero.partitioned_param_coordinator import iter_params
-    from deepspeed.utils import z3_leaf_module
-
     unique: dict[int, torch.nn.Parameter] = {}
     for param in iter_params(module, recurse=z3_leaf_module(module)):
         unique.setdefault(id(param), param)
     return sorted(unique.values(), key=lambda p: p.ds_id)
 
 
-def register(module: torch.nn.Module, offload: Any) -> ModuleState:
-    state = ModuleState(module, offload)
-    _STATES[state.key] = state
-    return state
+def hand_to_enclosing_module(module: torch.nn.Module, param: torch.nn.Parameter) -> None:
+    """A parameter `module` returned is used after `module` ends, as DeepSpeed handles it: unless a module still
+    running has it already, it becomes an external parameter of the innermost one (leaving `module`'s, which the
+    enclosing module now covers) and stays gathered; external parameters are never released after a module."""
+    running = ds_internals.forward_module_stack()
+    if any(ds_internals.has_external_param(m, param) for m in running):
+        return
+    param.is_external_param = True
+    register_external_parameter(running[-1], param)
+    if ds_internals.has_external_param(module, param):
+        unregister_external_parameter(module, param)
+    param.all_gather()
 
 
-def unregister(state: ModuleState) -> None:
-    _STATES.pop(state.key, None)
-
-
-def lookup(key: int) -> ModuleState:
-    try:
-        return _STATES[key]
-    except KeyError:
-        raise RuntimeError(
-            f"ort_zero: no ZeRO-3 module state for key {key}; the model was unsubscribed (disable_zero3 or engine "
-            "destroyed) while an exported graph still refers to it"
-        ) from None
+def _available(param: torch.nn.Parameter) -> bool:
+    return param.ds_status == ZeroParamStatus.AVAILABLE

@@ -12,7 +12,7 @@ from deepspeed.utils import z3_leaf_module
 from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
 from . import checkpointing, external_params
 from . import state as zero3_state
-from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge, release_after_forward
+from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class ZeROOffloadSubscriber(SubscriberBase):
         carried = Carried(flat.tensors)
         if not carried.tensors:
             if not is_exporting():
-                self.offload.get_param_coordinator().reset_step()
+                self.root_state.start_step()
             return args, kwargs
         return flat.rebuild(carried.merged(StepStartBridge.apply(self.root_state.key, *carried.tensors)))
 
@@ -67,8 +67,7 @@ class ZeROOffloadSubscriber(SubscriberBase):
             if is_exporting():
                 _warn_not_in_graph(module, "gather")
             else:
-                module_state.grads_remaining = 0  # counted afresh at every forward (see PreForwardBridge)
-                module_state.offload.pre_sub_module_forward_function(module)
+                module_state.gather_for_forward(counted=False)
             return args, kwargs
         outputs = PreForwardBridge.apply(module_state.key, len(carried.tensors), *carried.tensors, *params)
         return flat.rebuild(_keep_param_aliases(flat.tensors, carried.merged(outputs[: len(carried.tensors)])))
@@ -94,7 +93,7 @@ class ZeROOffloadSubscriber(SubscriberBase):
             if is_exporting():
                 _warn_not_in_graph(module, "release")
             else:
-                release_after_forward(module_state)
+                module_state.release_after_forward(counted=False)
             return outputs
         released = carried.merged(PostForwardBridge.apply(module_state.key, *carried.tensors))
         return flat.rebuild(_keep_param_aliases(flat.tensors, released))

@@ -13,7 +13,7 @@ SCRIPT = Path(__file__).parent / "scripts" / "run_zero3.py"
 STEPS = 20
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
 MEMORY_EFFICIENT_LINEAR = "deepspeed.runtime.zero.linear.LinearFunctionForZeroStage3"
-BACKWARD_PARAMS = "ort_zero.ort.passes.backward_gather.BackwardParamsBridge"
+BACKWARD_PARAMS = "ort_zero.zero3.ort_bridges.BackwardParamsBridge"
 
 
 def train(

@@ -10,7 +10,7 @@ import pytest
 from launcher import free_port, run_launcher, torchrun_cmd
 from parity import assert_ran_in_ort, assert_same_params, assert_same_training, train
 
-RETRIEVAL = "ort_zero.ort.passes.mem_efficient_grads.ParamRetrieval"
+RETRIEVAL = "ort_zero.ort.step_functions.ParamRetrieval"
 
 
 @pytest.mark.parametrize(("stage", "variant"), [(2, "base"), (2, "accum"), (1, "base"), (0, "base")])

@@ -50,7 +50,7 @@ def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Pat
     for rank in range(2):
         for level, runs in ((1, level1), (2, level2)):
             training = runs[rank]["ort"]["training"]
-            params_bridge = "ort_zero.ort.passes.recompute_bridges.RecomputeParamsBridge"
+            params_bridge = "ort_zero.zero3.ort_bridges.RecomputeParamsBridge"
             assert training["session"] and params_bridge in training["python_ops"]
             recompute = training["recompute"]
             assert recompute["level"] == level

@@ -21,7 +21,6 @@ import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 import onnx
 import torch
@@ -31,6 +30,7 @@ from onnx import helper
 from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
+from ...zero3.ort_bridges import BackwardParamsBridge
 from ...zero3.state import fetched_params
 from ..graph import is_zero3_graph, make_params_bridge, register_function
 from .base import GraphPass, TrainingGraph
@@ -39,43 +39,6 @@ from .training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 logger = logging.getLogger(__name__)
 
 _GRAD_OP = "PythonOpGrad"
-
-
-class BackwardParamsBridge(torch.autograd.Function):
-    """Under ORT, before a module's backward: its parameters as gathered again by PostForwardBridge's backward.
-
-    Inserted into ORT's training graph, not traced: its tensor input is one of that backward's outputs, only so
-    that it runs after the gather. The module's backward reads these outputs instead of the forward's copies, which
-    ORT can then free right after the forward, as native ZeRO-3 does.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, key: int, after_gather: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
-        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-        module_state = zero3_state.lookup(key)
-        by_id = {p.ds_id: p for p in zero3_state.fetched_params(module_state.module)}
-        params = [by_id.get(ds_id) for ds_id in ds_ids]
-        missing = [
-            ds_id
-            for ds_id, p in zip(ds_ids, params, strict=True)
-            if p is None or p.ds_status != ZeroParamStatus.AVAILABLE
-        ]
-        if missing and all(p is not None for p in params) and module_state.grads_remaining == 0:
-            # A module called twice in one forward: the backward of one call released its parameters (DeepSpeed
-            # counts a module's pending backwards afresh at each call) before ORT ran this one's; gather them again,
-            # and count this backward, so that its end releases them.
-            module_state.offload.pre_sub_module_backward_function(module_state.module)
-            module_state.grads_remaining += 1
-            missing = [
-                ds_id for ds_id, p in zip(ds_ids, params, strict=True) if p.ds_status != ZeroParamStatus.AVAILABLE
-            ]
-        if missing:
-            raise RuntimeError(
-                f"ort_zero: the backward of {type(module_state.module).__name__} (ds_id {module_state.module.ds_id}) "
-                f"needs parameters {missing}, which DeepSpeed has not gathered for it"
-            )
-        return tuple(p.detach() for p in params)
 
 
 @dataclass

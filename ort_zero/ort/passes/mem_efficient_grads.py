@@ -12,46 +12,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import onnx
 import torch
 from onnx import helper
 
-from ...python_op import function_name, ints_attribute, onnx_dtype
+from ...python_op import function_name, onnx_dtype
 from ..graph import make_python_op, register_function
+from ..step_functions import RETRIEVED_PARAMS, ParamRetrieval
 from .base import ExportedGraph, GraphPass
 from .zero3_params import TRIGGER_NAME
 
 logger = logging.getLogger(__name__)
-
-# Parameters reachable from the integer a PythonOp carries (ORT stores non-tensor arguments as scalars).
-_PARAMS: dict[int, torch.nn.Parameter] = {}
-
-
-class ParamRetrieval(torch.autograd.Function):
-    """Hands one parameter to ORT in forward; gives its gradient to PyTorch in backward."""
-
-    @staticmethod
-    def forward(ctx: Any, key: int, trigger: torch.Tensor) -> torch.Tensor:
-        ctx.key = key
-        ctx.trigger_like = (trigger.shape, trigger.dtype, trigger.device)
-        return _PARAMS[key].detach()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[Any, ...]:
-        if grad is not None:
-            _PARAMS[ctx.key].backward(grad)
-        shape, dtype, device = ctx.trigger_like
-        return None, torch.zeros(shape, dtype=dtype, device=device)
-
-    @staticmethod
-    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-        keys = ints_attribute(node, "input_int_scalars")
-        if not keys:
-            raise RuntimeError(f"ort_zero: PythonOp {node.name} carries no parameter key")
-        param = _PARAMS[keys[0]]
-        return [list(param.shape)], [onnx_dtype(param.dtype)]
 
 
 @dataclass
@@ -95,7 +67,7 @@ def rewrite_param_inputs(
         graph.input.insert(first_param, helper.make_tensor_value_info(TRIGGER_NAME, onnx.TensorProto.FLOAT, [1]))
     for offset, graph_input in enumerate(chosen):
         param = named_params[graph_input.name]
-        _PARAMS[id(param)] = param
+        RETRIEVED_PARAMS.add(param, key=id(param))
         node = make_python_op(
             function_name(ParamRetrieval),
             f"ort_zero_retrieval_{offset}",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import onnx
 import torch
@@ -24,31 +23,13 @@ from ...python_op import function_name, function_name_of
 from ...zero3.bridges import PreForwardBridge
 from ..export_context import zero3_named_params
 from ..graph import make_trigger_python_op, register_function, replace_input_uses, retype_python_op_input
+from ..step_functions import ParamPull
 from .base import ExportedGraph, GraphPass
 
 logger = logging.getLogger(__name__)
 
 # ORTModule's own name for the weight-pull trigger: with ORTMODULE_ENABLE_ZERO_STAGE3=1 it feeds this input itself.
 TRIGGER_NAME = "pull_weight_trigger"
-
-
-class ParamPull(torch.autograd.Function):
-    """Source of the placeholders that stand for partitioned parameters in the rewritten graph."""
-
-    @staticmethod
-    def forward(ctx: Any, count: int, trigger: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.trigger_like = (trigger.shape, trigger.dtype, trigger.device)
-        return tuple(torch.zeros(1, dtype=trigger.dtype, device=trigger.device) for _ in range(count))
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        shape, dtype, device = ctx.trigger_like
-        return None, torch.zeros(shape, dtype=dtype, device=device)
-
-    @staticmethod
-    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-        count = len(node.output) - 1
-        return [[1]] * count, [onnx.TensorProto.FLOAT] * count
 
 
 class ExportError(RuntimeError):

@@ -16,14 +16,11 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.passes.backward_gather import (  # noqa: E402
-    BackwardParamsBridge,
-    forward_gathered_reads,
-    regather_for_backward,
-)
+from ort_zero.ort.passes.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name, function_name_of  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge  # noqa: E402
+from ort_zero.zero3.ort_bridges import BackwardParamsBridge  # noqa: E402
 
 FLOAT = TensorProto.FLOAT
 

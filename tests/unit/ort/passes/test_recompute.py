@@ -35,11 +35,11 @@ from ort_zero.ort.passes.recompute import (  # noqa: E402
     recompute_regions,
     seed_dropouts,
 )
-from ort_zero.ort.passes.recompute_bridges import RecomputeParamsBridge, RecomputeStartBridge  # noqa: E402
 from ort_zero.ort.torch_kernels import ScaledDotProductAttention  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name, function_name_of, ints_attribute  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge  # noqa: E402
+from ort_zero.zero3.ort_bridges import RecomputeParamsBridge, RecomputeStartBridge  # noqa: E402
 
 FLOAT = TensorProto.FLOAT
 LOGGER = "ort_zero.ort.passes.recompute"
