@@ -13,7 +13,6 @@ import importlib.metadata as metadata
 import os
 import platform
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -21,6 +20,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .doctor_cuda import EXTENSIONS_PACKAGE, cuda_lines
+from .doctor_report import Report
 
 # ORTModule's wheels exist for CPython <= 3.11 and the stack was measured on 3.11 (design notes).
 SUPPORTED_PYTHON = (3, 11)
@@ -31,30 +31,6 @@ HUGGING_FACE = ("transformers", "accelerate", "peft")
 SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
 # The collectives DeepSpeed's ZeRO-3 calls; torch 2.14 deprecates them (2.15 no longer does).
 COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor")
-
-
-class Report:
-    """Lines to print and the reasons the stack is not usable."""
-
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def line(self, label: str, text: str) -> None:
-        print(f"{label + ':' if label else '':<22}{text}", flush=True)
-
-    def problem(self, reason: str) -> None:
-        self.problems.append(reason)
-
-    def probe(self, label: str, body: Callable[[Report], str | list[str]]) -> None:
-        """Print `body`'s line(s); if it raises, print the error instead and count it as a problem."""
-        try:
-            text = body(self)
-            for i, line in enumerate([text] if isinstance(text, str) else text):
-                self.line(label if i == 0 else "", line)
-        except Exception as error:  # noqa: BLE001 - any failure is a finding to print, not a crash
-            message = f"{type(error).__name__}: {error}".splitlines()[0]
-            self.line(label, f"ERROR {message}")
-            self.problem(f"{label} failed ({message})")
 
 
 def pins() -> dict[str, Requirement]:

@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .doctor import Report
+    from .doctor_report import Report
 
 EXTENSIONS_PACKAGE = "onnxruntime.training.ortmodule.torch_cpp_extensions"
 
