@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from . import patches
-from .ort.console import quiet_imports
+from .ort.ortmodule.console import quiet_imports
 from .stack.cuda_libraries import make_findable
 
 ORT_PACKAGE = "onnxruntime"

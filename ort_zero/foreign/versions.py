@@ -4,7 +4,7 @@ DEEPSPEED_VERSIONS = ">=0.19.8,<0.20"
 ORT_VERSIONS = "==1.19.2"
 # What ort_zero builds ORT 1.19.2's torch extensions for (stack/extension_sources.py). Measured: 2.14.1, 2.15.0.
 TORCH_VERSIONS = ">=2.13,<2.16"
-# The transformers releases whose model code ort_zero rewrites for export (ort/export_rewrites/). Outside them a
+# The transformers releases whose model code ort_zero rewrites for export (ort/export/rewrites/). Outside them a
 # rewrite applies where the code it replaces is unchanged (foreign/fingerprints.py).
 TRANSFORMERS_VERSIONS = ">=5.23,<5.25"
 # TRL, whose trainers ort_zero runs in ORT (integrations/trl.py) and whose ZeRO-3 gather it adapts: 1.16.0 measured.

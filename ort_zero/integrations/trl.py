@@ -6,7 +6,7 @@ Each is the TRL trainer with `ORTZeroTrainer` before it in the bases (`class ORT
 SFTTrainer)` in a script does the same): the policy model runs in ORT, a reference model in PyTorch on ort_zero's
 ZeRO-3 hooks (it is not trained). TRL computes the per-token log-probabilities in an autograd Function
 (`ChunkedLogProbFunction`, inside the model's forward), which ort_zero exports as a PythonOp
-(ort_zero/ort/export_autograd.py). DPO of a PEFT model needs a `ref_model` (refused without one: the reference would
+(ort_zero/ort/export/autograd.py). DPO of a PEFT model needs a `ref_model` (refused without one: the reference would
 be the same model run in PyTorch between ORT's forward and backward, which gives wrong values).
 """
 

@@ -27,13 +27,13 @@ def deferred(load: Callable[[], Callable[[Any], Any]]) -> Callable[[Any], Any]:
 
 
 def integration() -> Any:
-    from ..ort import integration
+    from ..ort.ortmodule import integration
 
     return integration
 
 
 def export_overrides() -> Any:
-    from ..ort import export_overrides
+    from ..ort.export import overrides as export_overrides
 
     return export_overrides
 

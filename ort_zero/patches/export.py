@@ -10,7 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..foreign import deepspeed as ds_internals
-from ..ort import export_autograd, export_context, export_python_ops, export_rewrites, export_tuples, torch_kernels
+from ..ort import torch_kernels
+from ..ort.export import autograd as export_autograd
+from ..ort.export import context as export_context
+from ..ort.export import python_ops as export_python_ops
+from ..ort.export import rewrites as export_rewrites
+from ..ort.export import tuples as export_tuples
 from ..patching import applied
 from .declare import ORTM, checkpointing, deepspeed_patch, deferred, ort_patch, torch_patch, transformers_patch
 
@@ -75,7 +80,7 @@ torch_patch(
     "a bridge returns its module's tensors as one tuple; where nothing reads them (types "
     f"{', '.join(export_tuples.MODEL_TYPES)}) the tracer drops the unpack but keeps the PythonOp, and torch's tuple "
     "lowering stops the export (Couldn't lower all tuples): while ORTModule exports a ZeRO-3 model each such tuple "
-    "gets an unpack nothing reads, and is flattened like the others (ort_zero/ort/export_tuples.py)",
+    "gets an unpack nothing reads, and is flattened like the others (ort_zero/ort/export/tuples.py)",
     export_tuples.lowering_unread_tuples,
 )  # fmt: skip
 
@@ -88,7 +93,7 @@ for _method in ("scatter", "scatter_"):
         export_rewrites.int_and_bool_ops.scatter_bool_value_as_int,
     )  # fmt: skip
 
-# Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export_rewrites/).
+# Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export/rewrites/).
 for _rewrite in export_rewrites.REWRITES:
     for _replacement in _rewrite.replacements:
         _declaration = (_rewrite.group, _replacement.name, _replacement.owner, _replacement.attribute, _rewrite.reason)
@@ -98,7 +103,7 @@ for _rewrite in export_rewrites.REWRITES:
             torch_patch(*_declaration, _replacement.factory)
 
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
-# (ort_zero/ort/export_python_ops.py: each op, why, and the model types that need it).
+# (ort_zero/ort/export/python_ops.py: each op, why, and the model types that need it).
 for _op in export_python_ops.PYTHON_OPS:
     torch_patch(PYTHON_OPS, _op.name, _op.owner, _op.attribute, _op.reason, _op.replacing)
 
@@ -158,7 +163,7 @@ ort_patch(
 )  # fmt: skip
 
 # Autograd Functions of model and library code (TRL's, PhiMoE's, Reformer's, users'), exported while a ZeRO-3 model is
-# exported as PythonOps ORT can run: tensor outputs only, one gradient per input (ort_zero/ort/export_autograd.py).
+# exported as PythonOps ORT can run: tensor outputs only, one gradient per input (ort_zero/ort/export/autograd.py).
 torch_patch(
     AUTOGRAD_FUNCTIONS, "torch.autograd_function_with_tensor_outputs_in_export", "torch.autograd.function:Function",
     "apply",

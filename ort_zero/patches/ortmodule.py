@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..ort import console, output_structures, shape_inference, torch_kernels
+from ..ort import torch_kernels
+from ..ort.ortmodule import console, output_structures, shape_inference
 from ..stack.cuda_provider import cuda_provider_required
 from .declare import GEM, GTM, IO, ORTM, checkpointing, deferred, export_overrides, integration, ort_patch
 from .export import CHECKPOINT_POLICY, during_export
@@ -83,12 +84,12 @@ ort_patch(
     "ort", "ort.export_overrides", f"{ORTM}._custom_op_symbolic_registry:CustomOpSymbolicRegistry", "register_all",
     "torch's exporter with ORTModule's symbolics writes some aten ops in a form ORT 1.19.2 rejects (a LayerNorm "
     "without weight) or not at all (expm1): each ORTModule registers ORT's symbolics, then ort_zero's overrides "
-    "(ort_zero/ort/export_overrides.py: each op, why, and the model types that need it). Registrations stay with "
+    "(ort_zero/ort/export/overrides.py: each op, why, and the model types that need it). Registrations stay with "
     "torch's exporter until the next ORTModule registers ORT's again.",
     deferred(lambda: export_overrides().registering_overrides),
 )  # fmt: skip
 
-# ORT's symbolic shape inference on graphs it gave up on (ort_zero/ort/shape_inference.py says where and why).
+# ORT's symbolic shape inference on graphs it gave up on (ort_zero/ort/ortmodule/shape_inference.py says where and why).
 ort_patch(
     "ort", "ort.shape_inference_finite_values", "onnxruntime.tools.symbolic_shape_infer:SymbolicShapeInference",
     "_try_get_value",
@@ -105,7 +106,7 @@ ort_patch(
 
 
 def _gradients() -> Any:
-    from ..ort import gradients
+    from ..ort.export import gradients
 
     return gradients
 
@@ -113,12 +114,12 @@ def _gradients() -> Any:
 ort_patch(
     "ort", "ort.custom_gradients", f"{ORTM}._custom_gradient_registry:CustomGradientRegistry", "register_all",
     "ORT 1.19.2 has no gradient builder for some ops torch's exporter writes (CumSum): each ORTModule registers ORT's "
-    "custom gradients, then ort_zero's (ort_zero/ort/gradients.py: each gradient, its math, and the model types that "
-    "need it). ORT's C++ registry has no way to remove a definition: they stay registered after a revert.",
+    "custom gradients, then ort_zero's (ort_zero/ort/export/gradients.py: each gradient, its math, and the model types "
+    "that need it). ORT's C++ registry has no way to remove a definition: they stay registered after a revert.",
     deferred(lambda: _gradients().registering_gradients),
 )  # fmt: skip
 
-# What ORTModule prints (why each line goes: ort_zero/ort/console.py).
+# What ORTModule prints (why each line goes: ort_zero/ort/ortmodule/console.py).
 ort_patch(
     "ort", "ort.quiet_logger", f"{ORTM}.ortmodule", "configure_ortmodule_logger",
     "ORT warns on every ZeRO-3 export that the user asked not to deep-copy the model (ort_zero skips the copy on "
@@ -149,7 +150,7 @@ ort_patch(
 
 
 def _trimmed_after_backward(replaced: Any) -> Any:
-    from ..ort.footprint import trimmed_after_backward
+    from ..ort.ortmodule.footprint import trimmed_after_backward
 
     return trimmed_after_backward(replaced)
 
@@ -163,7 +164,7 @@ ort_patch(
 
 
 def _trimmed_after_forward(replaced: Any) -> Any:
-    from ..ort.footprint import trimmed_after_forward
+    from ..ort.ortmodule.footprint import trimmed_after_forward
 
     return trimmed_after_forward(replaced)
 
@@ -205,7 +206,7 @@ ort_patch(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Model outputs ORTModule's schema code cannot walk (ort_zero/ort/output_structures.py says why and how).
+# Model outputs ORTModule's schema code cannot walk (ort_zero/ort/ortmodule/output_structures.py says why and how).
 _OUTPUTS_REASON = (
     "ORTModule's output walk knows tensors, numbers, sequences and mappings only: a Hugging Face causal LM at its "
     "defaults (use_cache=True) returns a transformers DynamicCache and every export stopped with 'Unsupported "

@@ -1,9 +1,9 @@
 """ORTModule 1.19.2 on today's torch: applied when ort_zero is imported, since ORTModule cannot even be imported without
-them (users import it right after ort_zero). They touch torch only. Why: ort_zero/ort/torch_compat.py."""
+them (users import it right after ort_zero). They touch torch only. Why: ort_zero/ort/ortmodule/torch_compat.py."""
 
 from __future__ import annotations
 
-from ..ort import torch_compat
+from ..ort.ortmodule import torch_compat
 from .declare import torch_patch
 
 _TS_MOVED = "torch >= 2.9 moved the TorchScript exporter's private modules under torch.onnx._internal." + (

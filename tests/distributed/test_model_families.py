@@ -12,12 +12,12 @@ exported as ONNX ops. OLMo is here for
 ort_zero's LayerNorm export override (its LayerNorm has no weight; ORT rejects the graph torch writes for it); Jamba
 and Zamba for the parameters their Mamba layers read without calling the module that owns them (`conv1d.weight`:
 registered as external parameters before the export, ort_zero/zero3/external_params.py); Llama 4 needs the rewrite
-of its complex rotary embedding (ort_zero/ort/export_rewrites/rotary.py) and the boolean cumsum override; Cohere 2 the
+of its complex rotary embedding (ort_zero/ort/export/rewrites/rotary.py) and the boolean cumsum override; Cohere 2 the
 repeat_interleave override (its interleaved rotary embedding: without it every later dim=-1 of the model is wrong);
 DeepSeek-V3.2 hands a bool attention mask to its sparse-attention indexer, which the bridges carry around them
 (ORT returns a PythonOp's bool outputs as uint8), and scatters a bool into its mask (traced as an int). Qwen3.5's
 linear attention (gated delta rule) needs the most: its triangular solve runs in PyTorch (export_python_ops), its
-identity Casts before `x * x` go (passes/same_type_casts), ORT gets a CumSum gradient (ort/gradients.py) and its
+identity Casts before `x * x` go (passes/same_type_casts), ORT gets a CumSum gradient (ort/export/gradients.py) and its
 causal convolution is exported left-padded (export_rewrites).
 """
 

@@ -32,9 +32,9 @@ from ...zero3 import state as zero3_state
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
 from ...zero3.ort_bridges import BackwardParamsBridge
 from ...zero3.state import fetched_params
-from ..graph import is_zero3_graph, make_params_bridge, register_function
+from ..graph.edit import is_zero3_graph, make_params_bridge, register_function
+from ..graph.training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 from .base import GraphPass, TrainingGraph
-from .training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import torch
 from onnx import helper
 
 from ...python_op import function_name, onnx_dtype
-from ..graph import make_python_op, register_function
+from ..graph.edit import make_python_op, register_function
 from ..step_functions import RETRIEVED_PARAMS, ParamRetrieval
 from .base import ExportedGraph, GraphPass
 from .zero3_params import TRIGGER_NAME

@@ -35,7 +35,7 @@ from ...hooks.passthrough import PythonOpKey
 from ...hooks.statistics import EndStep, RecordStatistics
 from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
-from ..graph import set_ints_attribute
+from ..graph.edit import set_ints_attribute
 from .base import GraphPass, TrainingGraph
 
 PASS_THROUGH_FUNCTIONS = frozenset(

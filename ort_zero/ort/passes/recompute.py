@@ -31,10 +31,10 @@ from ...python_op import function_name, function_name_of
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PreForwardBridge
 from ...zero3.ort_bridges import RecomputeParamsBridge, RecomputeStartBridge
-from ..graph import register_function
+from ..graph.edit import register_function
+from ..graph.training_graph import TrainingGraphView
 from .base import GraphPass, TrainingGraph
 from .recompute_region import RECOMPUTE_SUFFIX, ForwardBridges, Region
-from .training_graph import TrainingGraphView
 
 logger = logging.getLogger(__name__)
 

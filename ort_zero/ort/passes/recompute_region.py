@@ -12,9 +12,9 @@ from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
 from ...zero3.ort_bridges import RecomputeParamsBridge, RecomputeStartBridge
-from ..graph import make_params_bridge, make_python_op, set_ints_attribute
+from ..graph.edit import make_params_bridge, make_python_op, set_ints_attribute
+from ..graph.training_graph import TrainingGraphView
 from ..torch_kernels import RECOMPUTABLE, draws_dropout
-from .training_graph import TrainingGraphView
 
 RECOMPUTE_SUFFIX = "_ort_zero_recompute"
 START_PREFIX = "ort_zero_recompute_start"

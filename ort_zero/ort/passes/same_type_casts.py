@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..graph import replace_input_uses
+from ..graph.edit import replace_input_uses
 from .base import ExportedGraph, GraphPass
 
 logger = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from onnx import helper
 
 from ...python_op import function_name, function_name_of
 from ...zero3.bridges import PreForwardBridge
-from ..export_context import zero3_named_params
-from ..graph import make_trigger_python_op, register_function, replace_input_uses, retype_python_op_input
+from ..export.context import zero3_named_params
+from ..graph.edit import make_trigger_python_op, register_function, replace_input_uses, retype_python_op_input
 from ..step_functions import ParamPull
 from .base import ExportedGraph, GraphPass
 

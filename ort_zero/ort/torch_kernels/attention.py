@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..kept_graph import backward_through_graph, forward_keeping_graph
+from ..export.kept_graph import backward_through_graph, forward_keeping_graph
 from .context import wanted_grads
 from .failures import kernel_failure
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ...hooks.export_mode import is_exporting
-from ..kept_graph import backward_through_graph
+from ..export.kept_graph import backward_through_graph
 
 
 def own_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:

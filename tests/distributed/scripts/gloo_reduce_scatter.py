@@ -13,7 +13,7 @@ from deepspeed.runtime.comm.coalesced_collectives import reduce_scatter_coalesce
 from rank_run import finish, start, write_result
 
 from ort_zero import patches
-from ort_zero.ort.footprint import return_freed_heap
+from ort_zero.ort.ortmodule.footprint import return_freed_heap
 
 PAGE = resource.getpagesize()
 BUCKETS = {  # as DeepSpeed's gradient buckets hand them over: one gradient, or several of odd sizes (padded)

@@ -129,7 +129,7 @@ def test_cuda_side_without_a_driver_checks_nothing(monkeypatch: pytest.MonkeyPat
 
 
 def test_what_torch_deprecates_on_ort_zeros_route_is_said_by_the_doctor() -> None:
-    """Runs no longer say it (ort_zero.ort.torch_compat, ort_zero.distributed): the doctor does, once."""
+    """Runs no longer say it (ort_zero.ort.ortmodule.torch_compat, ort_zero.distributed): the doctor does, once."""
     import torch.distributed as dist
 
     from ort_zero.cli.doctor import Report, torch_line

@@ -15,7 +15,7 @@ import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on 
 importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.foreign import ortmodule  # noqa: E402
-from ort_zero.ort import integration  # noqa: E402
+from ort_zero.ort.ortmodule import integration  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
 

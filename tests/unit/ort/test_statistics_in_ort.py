@@ -15,7 +15,7 @@ ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.hooks import SubscriberManager  # noqa: E402
 from ort_zero.hooks.statistics import EndStep, RecordStatistics, StatisticsSubscriber, inspect_activation  # noqa: E402
-from ort_zero.ort.graph import python_ops  # noqa: E402
+from ort_zero.ort.graph.edit import python_ops  # noqa: E402
 from ort_zero.python_op import function_name  # noqa: E402
 from ort_zero.tools import compare_runs, load_run  # noqa: E402
 

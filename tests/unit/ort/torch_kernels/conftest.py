@@ -13,8 +13,8 @@ import torch
 
 from ort_zero import patches
 from ort_zero.foreign import ortmodule as ort_internals
+from ort_zero.ort.graph.training_graph import TrainingGraphView
 from ort_zero.ort.inspection import ort_run_record
-from ort_zero.ort.passes.training_graph import TrainingGraphView
 
 
 def _steps(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> list[tuple[float, dict]]:

@@ -1,0 +1,66 @@
+"""ORTModule's output-schema forward under ZeRO-3: on fake tensors (no compute), on real ones where the model needs
+real values, and the same outputs' structure either way."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
+
+from ort_zero.ort.ortmodule.integration import schema_forward
+
+
+class Recording(nn.Module):
+    """A ZeRO-3 module (its parameter has a ds_id) that notes what kind of tensor each forward computed on."""
+
+    def __init__(self, data_dependent: bool) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+        self.linear.weight.ds_id = 0
+        self.data_dependent = data_dependent
+        self.seen: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:
+        hidden = self.linear(x)
+        self.seen.append(isinstance(hidden, FakeTensor))
+        if self.data_dependent and bool(hidden.sum() > 1e9):  # a branch on a value
+            hidden = hidden * 2
+        return {"logits": hidden, "pooled": hidden.mean(0)}
+
+
+def read_schema(module: nn.Module, x: torch.Tensor) -> list[tuple[str, int]]:
+    """What ORT's schema forward reads of the outputs: names and the number of dimensions of each."""
+    with torch.no_grad():
+        outputs = module(x)
+    return [(name, value.dim()) for name, value in outputs.items()]
+
+
+def test_the_schema_forward_computes_nothing() -> None:
+    module = Recording(data_dependent=False)
+    x = torch.randn(5, 4)
+
+    schema = schema_forward(read_schema, during_export=contextlib.nullcontext)(module, x)
+
+    assert module.seen == [True]
+    assert schema == read_schema(Recording(data_dependent=False), x)
+
+
+def test_a_model_that_needs_values_gets_a_real_forward() -> None:
+    module = Recording(data_dependent=True)
+
+    schema = schema_forward(read_schema, during_export=contextlib.nullcontext)(module, torch.randn(5, 4))
+
+    assert module.seen == [True, False]
+    assert schema == [("logits", 2), ("pooled", 1)]
+
+
+def test_a_model_without_zero3_parameters_is_left_to_ort() -> None:
+    module = Recording(data_dependent=False)
+    del module.linear.weight.ds_id
+
+    schema_forward(read_schema, during_export=contextlib.nullcontext)(module, torch.randn(5, 4))
+
+    assert module.seen == [False]
