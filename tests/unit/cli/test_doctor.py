@@ -21,7 +21,8 @@ def test_only_the_chosen_subcommand_is_imported() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('ort_zero.cli.')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "['ort_zero.cli.doctor', 'ort_zero.cli.doctor_cuda', 'ort_zero.cli.main']"
+    doctor = ["ort_zero.cli.doctor", "ort_zero.cli.doctor_cuda", "ort_zero.cli.doctor_report", "ort_zero.cli.main"]
+    assert result.stdout.strip() == str(doctor)
 
 
 def test_a_subcommand_that_cannot_import_fails_cleanly(

@@ -11,7 +11,7 @@ import torch
 from ort_zero import patches
 from ort_zero.ort.export import tuples as export_tuples
 
-from .conftest import TrainsAsPytorch
+from ..conftest import TrainsAsPytorch
 
 
 class Noted(torch.autograd.Function):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .conftest import TrainsAsPytorch
+from ..conftest import TrainsAsPytorch
 
 
 def test_a_model_trains_with_the_compute_optimizer_off(

@@ -1,7 +1,7 @@
 """One process: a small LLaMA whose linear layers, attention and loss run as torch's kernels (PythonOps) in an
 ORTModule trained twice; prints, as JSON, RSS and the heap's live bytes right after ORT's first and second forward. Run
-by tests/unit/ort/ortmodule/test_footprint.py with and without ORT_ZERO_TRIM_HEAP, and with `--checked` (the kernels run with
-ORT's safety copies)."""
+by tests/unit/ort/ortmodule/test_footprint.py with and without ORT_ZERO_TRIM_HEAP, and with `--checked` (the kernels run
+with ORT's safety copies)."""
 
 from __future__ import annotations
 
