@@ -17,18 +17,7 @@ from ort_zero.ort.export import gradients
 from ort_zero.ort.passes import custom_gradients
 from ort_zero.ort.passes.base import ExportedGraph
 
-
-class Op(torch.nn.Module):
-    """One op between two Linear layers, so that its gradient must flow back to trained weights."""
-
-    def __init__(self, op: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        super().__init__()
-        self.op = op
-        self.inner, self.outer = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.outer(self.op(self.inner(x))).square().mean()
-
+from .conftest import Op
 
 CASES = {"CumSum": lambda x: x.cumsum(-1) + x.reshape(2, 2, 8).cumsum(1).reshape(4, 8)}
 

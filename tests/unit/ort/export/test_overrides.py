@@ -14,19 +14,9 @@ import torch.nn.functional as F
 import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importable on today's torch)
 from ort_zero.ort.export import overrides as export_overrides
 
+from .conftest import Op
+
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
-
-
-class Op(torch.nn.Module):
-    """One op between two Linear layers, so that its gradient must flow back to trained weights."""
-
-    def __init__(self, op: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        super().__init__()
-        self.op = op
-        self.inner, self.outer = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.outer(self.op(self.inner(x))).square().mean()
 
 
 CASES = {
