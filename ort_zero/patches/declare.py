@@ -26,10 +26,22 @@ def deferred(load: Callable[[], Callable[[Any], Any]]) -> Callable[[Any], Any]:
     return make
 
 
-def integration() -> Any:
-    from ..ort.ortmodule import integration
+def graph_transition_manager() -> Any:
+    from ..ort.ortmodule import graph_transition_manager
 
-    return integration
+    return graph_transition_manager
+
+
+def training_manager() -> Any:
+    from ..ort.ortmodule import training_manager
+
+    return training_manager
+
+
+def graph_execution_manager() -> Any:
+    from ..ort.ortmodule import graph_execution_manager
+
+    return graph_execution_manager
 
 
 def export_overrides() -> Any:

@@ -9,7 +9,19 @@ from typing import Any
 from ..ort import torch_kernels
 from ..ort.ortmodule import console, output_structures, shape_inference
 from ..stack.cuda_provider import cuda_provider_required
-from .declare import GEM, GTM, IO, ORTM, checkpointing, deferred, export_overrides, integration, ort_patch
+from .declare import (
+    GEM,
+    GTM,
+    IO,
+    ORTM,
+    checkpointing,
+    deferred,
+    export_overrides,
+    graph_execution_manager,
+    graph_transition_manager,
+    ort_patch,
+    training_manager,
+)
 from .export import CHECKPOINT_POLICY, during_export
 
 for _name, _owner, _attribute, _reason, _factory in [
@@ -18,37 +30,37 @@ for _name, _owner, _attribute, _reason, _factory in [
         "configure_ort_compatible_zero_stage3",
         "ORTModule calls it when ORTMODULE_ENABLE_ZERO_STAGE3=1; it fails on DeepSpeed >= 0.14 (rebinds closures "
         "DeepSpeed renamed). ort_zero's subscriber replaces it.",
-        deferred(lambda: integration().configure_hooks),
+        deferred(lambda: graph_execution_manager().configure_hooks),
     ),
     (
         "ort.stage3_export_context", GTM, "stage3_export_context",
         "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
         "full-sized stand-ins for partitioned parameters without running collectives.",
-        deferred(lambda: functools.partial(integration().export_context, during_export=during_export)),
+        deferred(lambda: functools.partial(graph_transition_manager().export_context, during_export=during_export)),
     ),
     (
         "ort.parse_outputs_for_onnx_export_and_extract_schema", IO,
         "parse_outputs_for_onnx_export_and_extract_schema",
         "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
-        deferred(lambda: functools.partial(integration().schema_forward, during_export=during_export)),
+        deferred(lambda: functools.partial(graph_transition_manager().schema_forward, during_export=during_export)),
     ),
     (
         "ort.can_module_be_deep_cloned", IO, "can_module_be_deep_cloned",
         "deep copies of ZeRO-3 parameters lose ds_* attributes and break the hooks.",
-        deferred(lambda: integration().deep_clone_check),
+        deferred(lambda: graph_transition_manager().deep_clone_check),
     ),
     (
         "ort.post_export_process", f"{GTM}:GraphTransitionManager", "_post_export_process",
         "ORT's stage-3 rewrite leaves removed parameters in ORTModule's input lists and never feeds the trigger; "
         "ort_zero runs its own passes and keeps the lists in step.",
-        deferred(lambda: integration().post_export_process),
+        deferred(lambda: graph_transition_manager().post_export_process),
     ),
     *(
         (
             f"ort.{check}_as_list", f"{GTM}:GraphTransitionManager", f"_add_check_{check}",
             "ORT returns None instead of its hooks when the compute optimizer is off "
             "(ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0), then iterates over them: every export fails.",
-            deferred(lambda: integration().sparsity_hooks_as_list),
+            deferred(lambda: graph_transition_manager().sparsity_hooks_as_list),
         )
         for check in ("embedding_sparsity_hook", "label_sparsity_hook")
     ),
@@ -56,14 +68,14 @@ for _name, _owner, _attribute, _reason, _factory in [
         "ort.loud_fallback", f"{ORTM}._fallback:_FallbackManager", "fallback",
         "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
         "ort_zero announces it on every rank.",
-        deferred(lambda: integration().loud_fallback),
+        deferred(lambda: graph_execution_manager().loud_fallback),
     ),
     (
         "ort.session_options", GEM, "_get_session_config",
         "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
         "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
         "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
-        deferred(lambda: integration().session_options),
+        deferred(lambda: graph_execution_manager().session_options),
     ),
 ]:  # fmt: skip
     ort_patch("ort", _name, _owner, _attribute, _reason, _factory)
@@ -138,14 +150,14 @@ ort_patch(
     "makes each module's backward read parameters gathered again for it instead of the forward's copies (ZeRO-3 "
     "memory). ORT's registry has no way to remove a registered optimizer, so it is wrapped rather than registered, "
     "which keeps the patch reversible.",
-    deferred(lambda: integration().graph_optimizers),
+    deferred(lambda: training_manager().graph_optimizers),
 )  # fmt: skip
 ort_patch(
     "ort", "ort.graph_built_by", f"{ORTM}._training_manager:TrainingManager", "_build_graph",
     "ORT's graph-optimizer registry is told only the model's class name: while a TrainingManager builds its graph "
     "ort_zero notes which, so the training-graph passes' buffer plans stay with that model (a model that falls "
     "back forgets its own, not every model's).",
-    deferred(lambda: integration().graph_built_by),
+    deferred(lambda: training_manager().graph_built_by),
 )  # fmt: skip
 
 
@@ -179,8 +191,8 @@ ort_patch(
 
 
 def _training_execution_agent(replaced: Any) -> Any:
-    agent = integration()
-    return cuda_provider_required(agent.footprint_trimmed(agent.zero3_memory_optimizer_off(replaced)))
+    manager = training_manager()
+    return cuda_provider_required(manager.footprint_trimmed(manager.zero3_memory_optimizer_off(replaced)))
 
 
 _CUDA_REASON = (

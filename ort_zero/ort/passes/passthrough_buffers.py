@@ -19,8 +19,8 @@ copying them itself, announced on stdout):
 - backward: each passed-through gradient is planned in its output gradient's buffer where that gradient exists in
   every gradient node of the same PythonOp (Function and integer arguments: its Python call cannot tell the nodes
   apart) and is not a graph output; other gradients are copies.
-A model that falls back to PyTorch forgets its graph's plans (`ort.integration.loud_fallback`); other models keep
-theirs.
+A model that falls back to PyTorch forgets its graph's plans (`ort.ortmodule.graph_execution_manager.loud_fallback`);
+other models keep theirs.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on 
 importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.foreign import ortmodule  # noqa: E402
-from ort_zero.ort.ortmodule import integration  # noqa: E402
+from ort_zero.ort.ortmodule import graph_execution_manager, training_manager  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
 
@@ -43,9 +43,11 @@ def a_manager() -> Any:
     return SimpleNamespace(_fallback_manager=SimpleNamespace(_exception=RuntimeError("an op ORT cannot run")))
 
 
-optimize_all = integration.graph_optimizers(Registry.__dict__["optimize_all"]).__get__(None, Registry)
-build_graph = integration.graph_built_by(lambda manager, key: optimize_all("Model", "cpu", training_graph(key)))
-fall_back = integration.loud_fallback(lambda fallback_manager, log_level, *inputs, **kwargs: "ran in PyTorch")
+optimize_all = training_manager.graph_optimizers(Registry.__dict__["optimize_all"]).__get__(None, Registry)
+build_graph = training_manager.graph_built_by(lambda manager, key: optimize_all("Model", "cpu", training_graph(key)))
+fall_back = graph_execution_manager.loud_fallback(
+    lambda fallback_manager, log_level, *inputs, **kwargs: "ran in PyTorch"
+)
 
 
 def plans_of(manager: Any) -> Any:

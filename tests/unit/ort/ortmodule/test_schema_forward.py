@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
-from ort_zero.ort.ortmodule.integration import schema_forward
+from ort_zero.ort.ortmodule.graph_transition_manager import schema_forward
 
 
 class Recording(nn.Module):

@@ -29,7 +29,7 @@ from .conftest import assert_well_formed, backward_reads, bridges_of, descendant
 
 
 def test_after_the_backward_regather_no_backward_read_of_a_forward_gather_is_left(keys: Keys) -> None:
-    """The passes in ort_zero's order (integration.graph_optimizers): the re-gather, then the recompute."""
+    """The passes in ort_zero's order (training_manager.graph_optimizers): the re-gather, then the recompute."""
     graph = training_graph(keys)
     regather_for_backward(graph)
 

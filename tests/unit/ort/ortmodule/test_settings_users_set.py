@@ -1,4 +1,4 @@
-"""ORTModule settings users may set, with ort_zero's replacements installed (`ort_zero.ort.ortmodule.integration`)."""
+"""ORTModule settings users may set, with ort_zero's replacements installed (`ort_zero.ort.ortmodule`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,83 @@
+"""ORTModule's `GraphExecutionManager`, where sessions are configured and run: its session options (threads per rank,
+the arena, the profiler), its fallback to PyTorch (announced on every rank), and the ZeRO-3 hook setup it calls
+(`configure_ort_compatible_zero_stage3`, replaced by ort_zero's subscriber).
+
+Each function takes the original ORT object and returns its replacement (the registry's factory protocol).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...foreign import ortmodule
+
+logger = logging.getLogger(__name__)
+
+
+def configure_hooks(original: Callable) -> Callable:
+    """ORT's ZeRO-3 hook setup fails at import on DeepSpeed >= 0.14; ort_zero's subscriber does that job."""
+
+    def configure_ort_compatible_zero_stage3(*args: Any, **kwargs: Any) -> None:
+        logger.info("ort_zero: ORT's ZeRO-3 hook configuration is replaced by ort_zero's subscriber")
+
+    return configure_ort_compatible_zero_stage3
+
+
+def loud_fallback(original: Callable) -> Callable:
+    """A fallback the user allowed (ORTMODULE_FALLBACK_POLICY) is announced on every rank, not only in ORT's log.
+    The model then runs in PyTorch, whose views must own their memory: its bridges forget its graph's buffer plans."""
+
+    @functools.wraps(original)
+    def fallback(self: Any, log_level: Any, *inputs: Any, **kwargs: Any) -> Any:
+        if (plans := ortmodule.kept_for_fallback(self, "buffer_plans")) is not None:
+            plans.forget()
+        if not ortmodule.mark(self, "announced"):
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else os.environ.get("RANK", 0)
+            error = ortmodule.fallback_exception(self)
+            message = (
+                f"ort_zero: rank {rank}: ORTModule FELL BACK TO PYTORCH ({type(error).__name__}: "
+                f"{error}). This model is not running in ONNX Runtime. Unset ORTMODULE_FALLBACK_POLICY "
+                "(ort_zero then disables fallback) to make this an error."
+            )
+            logger.error(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return original(self, log_level, *inputs, **kwargs)
+
+    return fallback
+
+
+def session_options(original: Callable) -> Callable:
+    """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
+
+    With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
+    two, so a process's memory shows neither what a step needs nor what a memory optimization saves. With
+    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to <prefix>_<date>.json
+    by the session's `end_profiling()`."""
+
+    @functools.wraps(original)
+    def _get_session_config(self: Any) -> Any:
+        session_options, providers, provider_options = original(self)
+        session_options.intra_op_num_threads = threads_per_rank()
+        if os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "1") == "0":
+            session_options.enable_cpu_mem_arena = False
+        if profile_prefix := os.environ.get("ORT_ZERO_ORT_PROFILE"):
+            session_options.enable_profiling = True
+            session_options.profile_file_prefix = profile_prefix
+        return session_options, providers, provider_options
+
+    return _get_session_config
+
+
+def threads_per_rank() -> int:
+    """OMP_NUM_THREADS when set (torchrun and the deepspeed launcher set it), else this rank's share of the cores."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")))
+    return max(1, len(os.sched_getaffinity(0)) // max(1, local_ranks))
