@@ -6,8 +6,9 @@ importable on today's torch; `zero3`: DeepSpeed's engine; `ortmodule`: ORTModule
 versions (`declare`). The only other code in ort_zero that reads another package's private names or writes into its
 objects is `ort_zero.foreign` (tests/unit/foreign checks that nothing else reaches). How patches are applied and
 reverted (by name, in groups, restoring the original object exactly) is `ort_zero.patching`; its API is used through
-this package. Every factory is referenced by its name in code, never looked up by a string, and
-tests/unit/test_patches.py builds every replacement against the installed stack, so a rename fails there.
+this package. Every factory is referenced by its name in code (a module whose code imports DeepSpeed or ONNX Runtime
+is imported when its patch applies, `declare.ort_zero_module`), and tests/unit/test_patches.py builds every
+replacement against the installed stack, so a rename fails there.
 """
 
 from __future__ import annotations

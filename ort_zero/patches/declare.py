@@ -4,7 +4,9 @@ DeepSpeed nor ONNX Runtime."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from ..foreign.fingerprints import TESTED_SOURCES
@@ -26,34 +28,11 @@ def deferred(load: Callable[[], Callable[[Any], Any]]) -> Callable[[Any], Any]:
     return make
 
 
-def graph_transition_manager() -> Any:
-    from ..ort.ortmodule import graph_transition_manager
-
-    return graph_transition_manager
-
-
-def training_manager() -> Any:
-    from ..ort.ortmodule import training_manager
-
-    return training_manager
-
-
-def graph_execution_manager() -> Any:
-    from ..ort.ortmodule import graph_execution_manager
-
-    return graph_execution_manager
-
-
-def export_overrides() -> Any:
-    from ..ort.export import overrides as export_overrides
-
-    return export_overrides
-
-
-def checkpointing() -> Any:
-    from ..zero3 import checkpointing
-
-    return checkpointing
+def ort_zero_module(name: str) -> ModuleType:
+    """An ort_zero module (`name` below the package, "zero3.saving"), imported when a patch that needs it applies: its
+    code imports DeepSpeed or ONNX Runtime. tests/unit/test_patches.py builds every replacement, so a wrong name fails
+    there."""
+    return importlib.import_module(f"ort_zero.{name}")
 
 
 def torch_patch(

@@ -17,7 +17,7 @@ from ..ort.export import python_ops as export_python_ops
 from ..ort.export import rewrites as export_rewrites
 from ..ort.export import tuples as export_tuples
 from ..patching import applied
-from .declare import ORTM, checkpointing, deepspeed_patch, deferred, ort_patch, torch_patch, transformers_patch
+from .declare import ORTM, deepspeed_patch, deferred, ort_patch, ort_zero_module, torch_patch, transformers_patch
 
 PYTHON_OPS = "export_python_ops"
 TORCH_KERNELS = "torch_kernels"
@@ -42,19 +42,13 @@ def during_export(module: Any) -> Iterator[None]:
         yield
 
 
-def _noting_parameter_reads(getitem: Any) -> Any:
-    from ..zero3.external_params import noting_reads
-
-    return noting_reads(getitem)
-
-
 deepspeed_patch(
     "ort_export", "deepspeed.parameter_reads_in_export", "deepspeed.runtime.zero.parameter_offload:ZeROOrderedDict",
     "__getitem__",
     "DeepSpeed registers a parameter read outside its module's forward as an external parameter at the first eager "
     "access, which an export never makes (its stand-ins are available): while ORTModule's output-schema forward "
     "runs before the export, such reads are noted and registered the same way (zero3/external_params.py).",
-    _noting_parameter_reads,
+    deferred(lambda: ort_zero_module("zero3.external_params").noting_reads),
 )  # fmt: skip
 
 
@@ -147,13 +141,13 @@ CHECKPOINT_POLICY += "layer-wise recompute does its job), and stops the run with
 torch_patch(
     "ort_export", "torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply",
     CHECKPOINT_POLICY + "every reentrant call arrives here, however checkpoint was bound",
-    deferred(lambda: checkpointing().torch_checkpoint_apply),
+    deferred(lambda: ort_zero_module("zero3.checkpointing").torch_checkpoint_apply),
 )  # fmt: skip
 deepspeed_patch(
     "ort_export", "deepspeed.checkpoint_in_export",
     "deepspeed.runtime.activation_checkpointing.checkpointing:CheckpointFunction", "apply",
     CHECKPOINT_POLICY + "every call arrives here, however checkpoint was bound",
-    deferred(lambda: checkpointing().deepspeed_checkpoint_apply),
+    deferred(lambda: ort_zero_module("zero3.checkpointing").deepspeed_checkpoint_apply),
 )  # fmt: skip
 ort_patch(
     "ort_export", "ort.checkpoint_wrappers_in_export", ORTM, "ORTMODULE_ONNX_EXPORT_CONTEXT",

@@ -3,26 +3,20 @@ outputs and ops it cannot handle. The whole "ort" group, applied by `enable_zero
 
 from __future__ import annotations
 
-import functools
+from functools import partial
 from typing import Any
 
 from ..ort import torch_kernels
 from ..ort.ortmodule import console, output_structures, shape_inference
 from ..stack.cuda_provider import cuda_provider_required
-from .declare import (
-    GEM,
-    GTM,
-    IO,
-    ORTM,
-    checkpointing,
-    deferred,
-    export_overrides,
-    graph_execution_manager,
-    graph_transition_manager,
-    ort_patch,
-    training_manager,
-)
+from .declare import GEM, GTM, IO, ORTM, deferred, ort_patch, ort_zero_module
 from .export import CHECKPOINT_POLICY, during_export
+
+# ort_zero's replacements of ORTModule's own classes, one module each (imported when their patches apply)
+GRAPH_TRANSITION = "ort.ortmodule.graph_transition_manager"
+TRAINING = "ort.ortmodule.training_manager"
+EXECUTION = "ort.ortmodule.graph_execution_manager"
+FOOTPRINT = "ort.ortmodule.footprint"
 
 for _name, _owner, _attribute, _reason, _factory in [
     (
@@ -30,37 +24,37 @@ for _name, _owner, _attribute, _reason, _factory in [
         "configure_ort_compatible_zero_stage3",
         "ORTModule calls it when ORTMODULE_ENABLE_ZERO_STAGE3=1; it fails on DeepSpeed >= 0.14 (rebinds closures "
         "DeepSpeed renamed). ort_zero's subscriber replaces it.",
-        deferred(lambda: graph_execution_manager().configure_hooks),
+        deferred(lambda: ort_zero_module(EXECUTION).configure_hooks),
     ),
     (
         "ort.stage3_export_context", GTM, "stage3_export_context",
         "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
         "full-sized stand-ins for partitioned parameters without running collectives.",
-        deferred(lambda: functools.partial(graph_transition_manager().export_context, during_export=during_export)),
+        deferred(lambda: partial(ort_zero_module(GRAPH_TRANSITION).export_context, during_export=during_export)),
     ),
     (
         "ort.parse_outputs_for_onnx_export_and_extract_schema", IO,
         "parse_outputs_for_onnx_export_and_extract_schema",
         "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
-        deferred(lambda: functools.partial(graph_transition_manager().schema_forward, during_export=during_export)),
+        deferred(lambda: partial(ort_zero_module(GRAPH_TRANSITION).schema_forward, during_export=during_export)),
     ),
     (
         "ort.can_module_be_deep_cloned", IO, "can_module_be_deep_cloned",
         "deep copies of ZeRO-3 parameters lose ds_* attributes and break the hooks.",
-        deferred(lambda: graph_transition_manager().deep_clone_check),
+        deferred(lambda: ort_zero_module(GRAPH_TRANSITION).deep_clone_check),
     ),
     (
         "ort.post_export_process", f"{GTM}:GraphTransitionManager", "_post_export_process",
         "ORT's stage-3 rewrite leaves removed parameters in ORTModule's input lists and never feeds the trigger; "
         "ort_zero runs its own passes and keeps the lists in step.",
-        deferred(lambda: graph_transition_manager().post_export_process),
+        deferred(lambda: ort_zero_module(GRAPH_TRANSITION).post_export_process),
     ),
     *(
         (
             f"ort.{check}_as_list", f"{GTM}:GraphTransitionManager", f"_add_check_{check}",
             "ORT returns None instead of its hooks when the compute optimizer is off "
             "(ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0), then iterates over them: every export fails.",
-            deferred(lambda: graph_transition_manager().sparsity_hooks_as_list),
+            deferred(lambda: ort_zero_module(GRAPH_TRANSITION).sparsity_hooks_as_list),
         )
         for check in ("embedding_sparsity_hook", "label_sparsity_hook")
     ),
@@ -68,14 +62,14 @@ for _name, _owner, _attribute, _reason, _factory in [
         "ort.loud_fallback", f"{ORTM}._fallback:_FallbackManager", "fallback",
         "a fallback to PyTorch is logged once by ORT, at warning level, where ranks other than 0 may not show it; "
         "ort_zero announces it on every rank.",
-        deferred(lambda: graph_execution_manager().loud_fallback),
+        deferred(lambda: ort_zero_module(EXECUTION).loud_fallback),
     ),
     (
         "ort.session_options", GEM, "_get_session_config",
         "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
         "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
         "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
-        deferred(lambda: graph_execution_manager().session_options),
+        deferred(lambda: ort_zero_module(EXECUTION).session_options),
     ),
 ]:  # fmt: skip
     ort_patch("ort", _name, _owner, _attribute, _reason, _factory)
@@ -89,7 +83,7 @@ ort_patch(
     "ort", "ort.checkpoint_announcement", f"{GTM}:GraphTransitionManager", "_export_model",
     CHECKPOINT_POLICY + "ORT captures what is printed while it exports and shows it on rank 0 only: the announcement "
     "comes after the export",
-    deferred(lambda: checkpointing().announcing_after),
+    deferred(lambda: ort_zero_module("zero3.checkpointing").announcing_after),
 )  # fmt: skip
 
 ort_patch(
@@ -98,7 +92,7 @@ ort_patch(
     "without weight) or not at all (expm1): each ORTModule registers ORT's symbolics, then ort_zero's overrides "
     "(ort_zero/ort/export/overrides.py: each op, why, and the model types that need it). Registrations stay with "
     "torch's exporter until the next ORTModule registers ORT's again.",
-    deferred(lambda: export_overrides().registering_overrides),
+    deferred(lambda: ort_zero_module("ort.export.overrides").registering_overrides),
 )  # fmt: skip
 
 # ORT's symbolic shape inference on graphs it gave up on (ort_zero/ort/ortmodule/shape_inference.py says where and why).
@@ -117,18 +111,12 @@ ort_patch(
 )  # fmt: skip
 
 
-def _gradients() -> Any:
-    from ..ort.export import gradients
-
-    return gradients
-
-
 ort_patch(
     "ort", "ort.custom_gradients", f"{ORTM}._custom_gradient_registry:CustomGradientRegistry", "register_all",
     "ORT 1.19.2 has no gradient builder for some ops torch's exporter writes (CumSum): each ORTModule registers ORT's "
     "custom gradients, then ort_zero's (ort_zero/ort/export/gradients.py: each gradient, its math, and the model types "
     "that need it). ORT's C++ registry has no way to remove a definition: they stay registered after a revert.",
-    deferred(lambda: _gradients().registering_gradients),
+    deferred(lambda: ort_zero_module("ort.export.gradients").registering_gradients),
 )  # fmt: skip
 
 # What ORTModule prints (why each line goes: ort_zero/ort/ortmodule/console.py).
@@ -150,35 +138,23 @@ ort_patch(
     "makes each module's backward read parameters gathered again for it instead of the forward's copies (ZeRO-3 "
     "memory). ORT's registry has no way to remove a registered optimizer, so it is wrapped rather than registered, "
     "which keeps the patch reversible.",
-    deferred(lambda: training_manager().graph_optimizers),
+    deferred(lambda: ort_zero_module(TRAINING).graph_optimizers),
 )  # fmt: skip
 ort_patch(
     "ort", "ort.graph_built_by", f"{ORTM}._training_manager:TrainingManager", "_build_graph",
     "ORT's graph-optimizer registry is told only the model's class name: while a TrainingManager builds its graph "
     "ort_zero notes which, so the training-graph passes' buffer plans stay with that model (a model that falls "
     "back forgets its own, not every model's).",
-    deferred(lambda: training_manager().graph_built_by),
+    deferred(lambda: ort_zero_module(TRAINING).graph_built_by),
 )  # fmt: skip
-
-
-def _trimmed_after_backward(replaced: Any) -> Any:
-    from ..ort.ortmodule.footprint import trimmed_after_backward
-
-    return trimmed_after_backward(replaced)
 
 
 ort_patch(
     "ort", "ort.trim_after_backward", f"{ORTM}._execution_agent:TrainingAgent", "run_backward",
     "every step leaves more freed memory in glibc's heap under ORT than in PyTorch (1.2 vs 0.75 GiB per rank on a "
     "162M LLaMA): after each backward the heap's free pages go back to the OS.",
-    _trimmed_after_backward,
+    deferred(lambda: ort_zero_module(FOOTPRINT).trimmed_after_backward),
 )  # fmt: skip
-
-
-def _trimmed_after_forward(replaced: Any) -> Any:
-    from ..ort.ortmodule.footprint import trimmed_after_forward
-
-    return trimmed_after_forward(replaced)
 
 
 ort_patch(
@@ -186,12 +162,12 @@ ort_patch(
     "a forward leaves in glibc's heap what it did not keep for the backward (most activations under the layer-wise "
     "recompute: 0.6 GiB per rank on a 162M LLaMA at seq 1024), the first also the export's garbage (1.0 GiB): after "
     "each the heap's free pages go back to the OS.",
-    _trimmed_after_forward,
+    deferred(lambda: ort_zero_module(FOOTPRINT).trimmed_after_forward),
 )  # fmt: skip
 
 
 def _training_execution_agent(replaced: Any) -> Any:
-    manager = training_manager()
+    manager = ort_zero_module(TRAINING)
     return cuda_provider_required(manager.footprint_trimmed(manager.zero3_memory_optimizer_off(replaced)))
 
 

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..foreign.versions import TRL_VERSIONS
 from ..patching import Patch, register
-from .declare import deferred
-
-
-def _foreign_gathers() -> Any:
-    from ..zero3 import foreign_gathers
-
-    return foreign_gathers
-
+from .declare import deferred, ort_zero_module
 
 TRL = "trl"
 register(
@@ -23,7 +14,7 @@ register(
         "TRL's ChunkedLogProbFunction gathers the LM head's ZeRO-3 parameters again in its backward; run by ORT as a "
         "PythonOp it receives the full tensors ort_zero's bridges gathered (plain tensors, no ds_status): only "
         "ZeRO-3 parameters are gathered, the rest are full already",
-        deferred(lambda: _foreign_gathers().gathering_parameters_only),
+        deferred(lambda: ort_zero_module("zero3.foreign_gathers").gathering_parameters_only),
     ),
     TRL,
 )  # fmt: skip

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from .declare import deepspeed_patch
-
-
-def _zero3_setup_hooks(_deepspeeds: Any) -> Any:
-    from ..zero3.install import setup_zero_stage3_hooks
-
-    return setup_zero_stage3_hooks
-
+from .declare import deepspeed_patch, deferred, ort_zero_module
 
 deepspeed_patch(
     "zero3", "deepspeed.setup_zero_stage3_hooks", "deepspeed.runtime.zero.parameter_offload:DeepSpeedZeRoOffload",
     "setup_zero_stage3_hooks",
     "ZeRO-3's gathers and releases must run through autograd-Function bridges (PythonOps under ORT) instead of "
     "DeepSpeed's per-module closures, which ORT cannot tell apart and which run collectives while tracing.",
-    _zero3_setup_hooks,
+    lambda replaced: ort_zero_module("zero3.install").setup_zero_stage3_hooks,
 )  # fmt: skip
-
-
-def _zero3_reduce_scatter(reduce_scatter: Any) -> Any:
-    from ..zero3.gloo_reduce_scatter import in_place_on_gloo
-
-    return in_place_on_gloo(reduce_scatter)
 
 
 deepspeed_patch(
@@ -34,19 +19,13 @@ deepspeed_patch(
     "on gloo torch's reduce-scatter works on a fresh buffer the size of its whole input, every call; DeepSpeed's "
     "gradient reduce-scatter gives it scratch whose own chunk is the output, so an all-reduce in place gives the "
     "same values without that buffer (zero3/gloo_reduce_scatter.py).",
-    _zero3_reduce_scatter,
+    deferred(lambda: ort_zero_module("zero3.gloo_reduce_scatter").in_place_on_gloo),
 )  # fmt: skip
-
-
-def _zero3_save_checkpoint(save_checkpoint: Any) -> Any:
-    from ..zero3.saving import save_checkpoint_latest_last
-
-    return save_checkpoint_latest_last(save_checkpoint)
 
 
 deepspeed_patch(
     "zero3", "deepspeed.save_checkpoint_latest_last", "deepspeed.runtime.engine:DeepSpeedEngine", "save_checkpoint",
     "DeepSpeed's rank 0 writes the `latest` tag before the other ranks have finished writing their shards: a rank "
     "lost mid-save leaves `latest` naming a half-written checkpoint. Written after every rank's files, atomically.",
-    _zero3_save_checkpoint,
+    deferred(lambda: ort_zero_module("zero3.saving").save_checkpoint_latest_last),
 )  # fmt: skip
