@@ -115,6 +115,16 @@ def turn_memory_optimizer_off(manager: Any) -> None:
     options.recompute_probe_config = "1:0"
 
 
+def give_scalar_output_grads(manager: Any, indices: list[int]) -> None:
+    """The model outputs at `indices` get a scalar zero from ORTModule's backward when PyTorch gives no gradient (the
+    graph's YieldOp no longer asks for their full shape)."""
+    if indices:
+        info = manager._graph_info
+        info.output_grad_indices_require_full_shape = [
+            index for index in info.output_grad_indices_require_full_shape if index not in indices
+        ]
+
+
 @contextlib.contextmanager
 def memory_probe_skipped(manager: Any) -> Iterator[None]:
     """While it lasts, building the session does not build a second one to probe ORT's memory optimizer (the

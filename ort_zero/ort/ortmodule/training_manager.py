@@ -35,6 +35,7 @@ def graph_optimizers(original: Any) -> Any:
         training = TrainingGraph(graph, settings.recompute_level())
         run_training_graph_passes(training)
         if (manager := _BUILDING.get()) is not None:
+            ortmodule.give_scalar_output_grads(manager, training.scalar_output_grads)
             # this model's earlier graph is gone: its plans go (the new graph's plans for the same PythonOps stay)
             previous = ortmodule.keep_for_fallback(manager, "buffer_plans", training.buffer_plans)
             if previous is not None:

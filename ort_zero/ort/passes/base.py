@@ -45,6 +45,8 @@ class TrainingGraph:
     provided: set[str] = field(default_factory=set)
     # how ORT plans the pass-through PythonOps' memory here (passthrough_buffers); the model's ORTModule keeps it
     buffer_plans: BufferPlans = field(default_factory=BufferPlans)
+    # model outputs whose missing gradient ORT now takes as a scalar zero (scalar_output_grads)
+    scalar_output_grads: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

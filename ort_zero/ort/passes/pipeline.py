@@ -10,6 +10,7 @@ export (ORTModule's post-export processing, per export):
 training graph (ORT's graph-optimizer registry, before the session exists):
     backward_gather       each module's backward reads its parameters gathered again for it
     recompute             layer-wise recompute at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (and Dropout seeds)
+    scalar_output_grads   a model output whose gradient ORT only adds to its own takes a scalar zero when none is given
     passthrough_buffers   ORT's buffer plan alone owns what the pass-through PythonOps return
 """
 
@@ -25,6 +26,7 @@ from . import (
     passthrough_buffers,
     recompute,
     same_type_casts,
+    scalar_output_grads,
     unchecked_kernels,
     zero3_params,
 )
@@ -38,7 +40,12 @@ EXPORT_PASSES: tuple[GraphPass, ...] = (
     mem_efficient_grads.PASS,
     unchecked_kernels.PASS,
 )
-TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (backward_gather.PASS, recompute.PASS, passthrough_buffers.PASS)
+TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (
+    backward_gather.PASS,
+    recompute.PASS,
+    scalar_output_grads.PASS,
+    passthrough_buffers.PASS,
+)
 
 
 def unmet_needs(passes: Sequence[GraphPass]) -> list[str]:

@@ -1,0 +1,148 @@
+"""Training-graph pass: a model output whose gradient ORT only adds to one it computes itself takes a scalar zero.
+
+ORT's graph builder (onnxruntime 1.19.2) asks ORTModule for a zero tensor of an output's full shape wherever the
+caller's gradient of that output enters the backward graph by itself, and torch's exporter names every output
+through an Identity, so every output qualifies: a causal LM's logits ([tokens, vocab]: 250 MiB at seq 2048, vocab
+32000) and, with `use_cache`, every layer's keys and values. When the loss is computed inside the model, PyTorch
+gives no gradient for them and ORTModule allocates those zeros at the start of every backward, which is where the
+step's memory peaks. Where the output's gradient only reaches `Sum` nodes that add it to the gradient ORT computes
+for the same value (through Identities), a scalar zero gives the same sums (ORT's Sum broadcasts): the pass takes
+such outputs out of the YieldOp's `full_shape_outputs`, and the manager's graph info follows
+(`ortmodule.training_manager.graph_optimizers`). A gradient the caller does give is passed on as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import onnx
+
+from ...python_op import function_name_of, ints_attribute
+from ..graph.edit import set_ints_attribute
+from .base import GraphPass, TrainingGraph
+from .passthrough_buffers import PASS_THROUGH_FUNCTIONS
+
+logger = logging.getLogger(__name__)
+_FULL_SHAPE = "full_shape_outputs"
+_NOT_DIFFERENTIABLE = "non_differentiable_outputs"
+_REUSE = "tensor_reuse_map"
+
+
+@dataclass
+class ScalarOutputGrads:
+    """What the pass did, for the log: the model outputs whose missing gradient is now a scalar zero."""
+
+    outputs: list[str] = field(default_factory=list)
+
+    def log(self) -> None:
+        if self.outputs:
+            logger.info(
+                "ort_zero: %d model outputs (%s) take a scalar zero as their gradient when PyTorch gives none",
+                len(self.outputs),
+                ", ".join(self.outputs),
+            )
+
+
+def run(training: TrainingGraph) -> ScalarOutputGrads:
+    report = ScalarOutputGrads()
+    graph = training.graph
+    yield_op = next((n for n in graph.node if n.op_type == "YieldOp"), None)
+    if yield_op is None:
+        return report
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+    graph_outputs = {output.name for output in graph.output}
+    full_shape = ints_attribute(yield_op, _FULL_SHAPE)
+    not_differentiable = set(ints_attribute(yield_op, _NOT_DIFFERENTIABLE))
+    # the YieldOp's outputs: the gradients of its differentiable inputs, in order (later inputs are cached values)
+    differentiable = [index for index in range(len(yield_op.input)) if index not in not_differentiable]
+    gradient_of = dict(zip(differentiable, yield_op.output, strict=False))
+    passing_on = _PassingOn(consumers, _pass_through_maps(graph))
+    from_caller = passing_on.everything_made_of(set(gradient_of.values()))
+    scalar = [
+        index
+        for index in full_shape
+        if index in gradient_of and passing_on.only_added(gradient_of[index], graph_outputs, from_caller)
+    ]
+    if scalar:
+        set_ints_attribute(yield_op, _FULL_SHAPE, [index for index in full_shape if index not in scalar])
+        # their full shapes are no longer what the graph says of them
+        kept = [info for info in graph.value_info if info.name not in from_caller]
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
+        training.scalar_output_grads = scalar
+        report.outputs = [yield_op.input[index] for index in scalar]
+    return report
+
+
+def _is(node: onnx.NodeProto, op_type: str) -> bool:
+    return node.op_type == op_type and node.domain in ("", "ai.onnx")
+
+
+def _pass_through_maps(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """By context value: the alias map of each of ort_zero's pass-through PythonOps (forward output o, 0 being the
+    context, is its tensor input map[o])."""
+    return {
+        node.output[0]: ints_attribute(node, _REUSE)
+        for node in graph.node
+        if function_name_of(node) in PASS_THROUGH_FUNCTIONS
+    }
+
+
+@dataclass
+class _PassingOn:
+    """How a gradient travels unchanged: through Identities and ort_zero's pass-through bridges' backwards."""
+
+    consumers: dict[str, list[onnx.NodeProto]]
+    pass_through: dict[str, list[int]]
+
+    def passed_on(self, value: str, node: onnx.NodeProto) -> list[str] | None:
+        """What `node` makes of `value` unchanged, or None where it computes with it."""
+        if _is(node, "Identity"):
+            return [node.output[0]]
+        forward_map = self.pass_through.get(node.input[0]) if node.op_type == "PythonOpGrad" else None
+        if forward_map is None:
+            return None
+        made = []
+        for position, name in enumerate(node.input):
+            if name != value or position == 0:
+                continue
+            tensor_input = forward_map[position] if position < len(forward_map) else -1
+            if not 0 <= tensor_input < len(node.output) or not node.output[tensor_input]:
+                return None
+            made.append(node.output[tensor_input])
+        return made
+
+    def everything_made_of(self, values: set[str]) -> set[str]:
+        """`values` and every value passed on unchanged from them."""
+        found, pending = set(values), list(values)
+        while pending:
+            value = pending.pop()
+            for node in self.consumers.get(value, []):
+                for made in self.passed_on(value, node) or []:
+                    if made not in found:
+                        found.add(made)
+                        pending.append(made)
+        return found
+
+    def only_added(self, value: str, graph_outputs: set[str], from_caller: set[str]) -> bool:
+        """Every use of `value`, passed on unchanged, is an input of a Sum that also adds a gradient ORT computed (so
+        the sum keeps that gradient's shape); none is a graph output."""
+        if value in graph_outputs or not self.consumers.get(value):
+            return False
+        for node in self.consumers[value]:
+            made = self.passed_on(value, node)
+            if made is not None:
+                if not made or not all(self.only_added(m, graph_outputs, from_caller) for m in made):
+                    return False
+            elif not (_is(node, "Sum") and any(name not in from_caller for name in node.input)):
+                return False
+        return True
+
+
+# Before passthrough_buffers, which drops the alias maps of the bridges that feed the YieldOp.
+PASS = GraphPass("scalar_output_grads", run)
