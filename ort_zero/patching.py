@@ -10,12 +10,14 @@ import inspect
 import logging
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from .declaration import Declaration
 
 logger = logging.getLogger(__name__)
 
@@ -26,23 +28,43 @@ class UnsupportedVersionError(RuntimeError):
 
 @dataclass
 class Patch:
-    """One replaced attribute: `owner_path.attribute` becomes what `make_replacement(original)` returns."""
+    """A declaration that replaces an attribute (`declaration.target`), guarded by the versions of the distribution
+    it was written for, and what applying it did."""
 
-    name: str
-    owner_path: str  # "package.module" or "package.module:Class"
-    attribute: str
+    declaration: Declaration
     distribution: str  # the pip distribution whose version guards the patch
     versions: str  # PEP 440 specifier the patch was written and tested for
-    reason: str
-    make_replacement: Callable[[Any], Any]
     adds: bool = False  # the owner may lack the attribute (a name torch moved): added, and removed on revert
     # Outside `versions` the patch still applies where what it replaces hashes (`fingerprint`) as one of these, seen
-    # in the tested versions; with none it refuses there. `family` (the model types that need it) names it then.
+    # in the tested versions; with none it refuses there.
     fingerprints: tuple[str, ...] = ()
-    family: str = ""
     original: Any = field(default=None, repr=False)
     owned: bool = False  # the attribute was defined on the owner itself, not inherited
     applied: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.declaration.name
+
+    @property
+    def owner_path(self) -> str:
+        return self.declaration.owner_and_attribute()[0]
+
+    @property
+    def attribute(self) -> str:
+        return self.declaration.owner_and_attribute()[1]
+
+    @property
+    def reason(self) -> str:
+        return self.declaration.reason
+
+    @property
+    def family(self) -> str:
+        """The model types that need the patch, named where it refuses."""
+        return ", ".join(self.declaration.needed_by)
+
+    def make_replacement(self, original: Any) -> Any:
+        return self.declaration.factory(original)
 
     def owner(self) -> Any:
         module_name, _, class_name = self.owner_path.partition(":")

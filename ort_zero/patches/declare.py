@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..declaration import Declaration
 from ..foreign.fingerprints import TESTED_SOURCES
 from ..foreign.versions import DEEPSPEED_VERSIONS, ORT_VERSIONS, TORCH_VERSIONS, TRANSFORMERS_VERSIONS
 from ..patching import Patch, register
@@ -35,28 +36,34 @@ def ort_zero_module(name: str) -> ModuleType:
     return importlib.import_module(f"ort_zero.{name}")
 
 
+def declared(group: str, declaration: Declaration) -> None:
+    """A declaration of a symbol in torch or transformers (by its target), guarded by that package's tested
+    versions; transformers' model code still applies outside them where it is unchanged (`TESTED_SOURCES`)."""
+    if declaration.target.startswith("transformers"):
+        fingerprints = TESTED_SOURCES.get(declaration.name, ())
+        register(Patch(declaration, "transformers", TRANSFORMERS_VERSIONS, fingerprints=fingerprints), group)
+    else:
+        register(Patch(declaration, "torch", TORCH_VERSIONS), group)
+
+
 def torch_patch(
     group: str, name: str, owner: str, attribute: str, reason: str, factory: Any, adds: bool = False
 ) -> None:
-    register(Patch(name, owner, attribute, "torch", TORCH_VERSIONS, reason, factory, adds=adds), group)
+    declaration = Declaration(name, f"{owner}.{attribute}", reason, factory)
+    register(Patch(declaration, "torch", TORCH_VERSIONS, adds=adds), group)
 
 
 def deepspeed_patch(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
-    register(Patch(name, owner, attribute, "deepspeed", DEEPSPEED_VERSIONS, reason, factory), group)
+    register(Patch(Declaration(name, f"{owner}.{attribute}", reason, factory), "deepspeed", DEEPSPEED_VERSIONS), group)
 
 
 def transformers_patch(
-    group: str, name: str, owner: str, attribute: str, reason: str, factory: Any, family: tuple[str, ...]
+    group: str, name: str, owner: str, attribute: str, reason: str, factory: Any, needed_by: tuple[str, ...]
 ) -> None:
     """A patch of transformers' model code: outside the tested versions it applies where that code is unchanged."""
-    register(
-        Patch(
-            name, owner, attribute, "transformers", TRANSFORMERS_VERSIONS, reason, factory,
-            fingerprints=TESTED_SOURCES.get(name, ()), family=", ".join(family),
-        ),
-        group,
-    )  # fmt: skip
+    declared(group, Declaration(name, f"{owner}.{attribute}", reason, factory, needed_by))
 
 
 def ort_patch(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
-    register(Patch(name, owner, attribute, "onnxruntime-training", ORT_VERSIONS, reason, factory), group)
+    declaration = Declaration(name, f"{owner}.{attribute}", reason, factory)
+    register(Patch(declaration, "onnxruntime-training", ORT_VERSIONS), group)

@@ -1,13 +1,8 @@
 """What is replaced only while ORTModule exports a ZeRO-3 model: torch ops and model code ONNX cannot express,
 attention, experts, linear layers and the loss as torch's kernels, autograd Functions ORT cannot run as they are, and
-users' checkpoints. `during_export` applies these groups around one export."""
+users' checkpoints. Which groups an export enters: `ort_zero.ort.export.groups.during_export`."""
 
 from __future__ import annotations
-
-import contextlib
-import sys
-from collections.abc import Iterator
-from typing import Any
 
 from ..foreign import deepspeed as ds_internals
 from ..ort import torch_kernels
@@ -16,34 +11,20 @@ from ..ort.export import context as export_context
 from ..ort.export import python_ops as export_python_ops
 from ..ort.export import rewrites as export_rewrites
 from ..ort.export import tuples as export_tuples
-from ..patching import applied
-from .declare import ORTM, deepspeed_patch, deferred, ort_patch, ort_zero_module, torch_patch, transformers_patch
-
-PYTHON_OPS = "export_python_ops"
-TORCH_KERNELS = "torch_kernels"
-TORCH_EXPERTS = "torch_kernels_experts"
-AUTOGRAD_FUNCTIONS = "export_autograd_functions"
-
-
-@contextlib.contextmanager
-def during_export(module: Any) -> Iterator[None]:
-    """What the replacements that run around a ZeRO-3 export enter: the "ort_export" group, the torch ops that run
-    in PyTorch from the ORT graph (export_python_ops) and the rewrites of the model code `module` runs
-    (export_rewrites), applied while it lasts."""
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(applied("ort_export"))
-        stack.enter_context(applied(AUTOGRAD_FUNCTIONS))
-        stack.enter_context(applied(PYTHON_OPS))
-        stack.enter_context(applied(TORCH_KERNELS))
-        if "transformers.integrations.moe" in sys.modules:  # a model of transformers' experts may be exported
-            stack.enter_context(applied(TORCH_EXPERTS))
-        for group in export_rewrites.groups_for(module):
-            stack.enter_context(applied(group))
-        yield
-
+from ..ort.export.groups import AUTOGRAD_FUNCTIONS, ORT_EXPORT, PYTHON_OPS, TORCH_EXPERTS, TORCH_KERNELS
+from .declare import (
+    ORTM,
+    declared,
+    deepspeed_patch,
+    deferred,
+    ort_patch,
+    ort_zero_module,
+    torch_patch,
+    transformers_patch,
+)
 
 deepspeed_patch(
-    "ort_export", "deepspeed.parameter_reads_in_export", "deepspeed.runtime.zero.parameter_offload:ZeROOrderedDict",
+    ORT_EXPORT, "deepspeed.parameter_reads_in_export", "deepspeed.runtime.zero.parameter_offload:ZeROOrderedDict",
     "__getitem__",
     "DeepSpeed registers a parameter read outside its module's forward as an external parameter at the first eager "
     "access, which an export never makes (its stand-ins are available): while ORTModule's output-schema forward "
@@ -53,7 +34,7 @@ deepspeed_patch(
 
 
 deepspeed_patch(
-    "ort_export", "deepspeed.memory_efficient_linear_in_export", "torch.nn.functional", "linear",
+    ORT_EXPORT, "deepspeed.memory_efficient_linear_in_export", "torch.nn.functional", "linear",
     "zero.Init leaves F.linear as DeepSpeed's LinearFunctionForZeroStage3, an autograd Function that saves "
     "the weight it is given: traced into an ORT graph it keeps every gathered weight alive until the backward "
     "and runs each Linear in PyTorch through a PythonOp. While ORTModule exports a ZeRO-3 model, F.linear is "
@@ -61,7 +42,7 @@ deepspeed_patch(
     ds_internals.torch_linear_behind_zero3_wrap,
 )  # fmt: skip
 torch_patch(
-    "ort_export", "torch.onnx_shape_inference_without_stand_ins", "torch._C",
+    ORT_EXPORT, "torch.onnx_shape_inference_without_stand_ins", "torch._C",
     "_jit_pass_onnx_graph_shape_type_inference",
     "the TorchScript exporter hands its whole-graph shape inference every parameter, which keeps a dense "
     "copy of each as a constant value: for a ZeRO-3 export, whose parameters are stand-ins that cost no memory, "
@@ -70,7 +51,7 @@ torch_patch(
     export_context.shape_inference_without_stand_ins,
 )  # fmt: skip
 torch_patch(
-    "ort_export", "torch.lower_unread_bridge_tuples", "torch._C", "_jit_pass_lower_all_tuples",
+    ORT_EXPORT, "torch.lower_unread_bridge_tuples", "torch._C", "_jit_pass_lower_all_tuples",
     "a bridge returns its module's tensors as one tuple; where nothing reads them (types "
     f"{', '.join(export_tuples.MODEL_TYPES)}) the tracer drops the unpack but keeps the PythonOp, and torch's tuple "
     "lowering stops the export (Couldn't lower all tuples): while ORTModule exports a ZeRO-3 model each such tuple "
@@ -80,7 +61,7 @@ torch_patch(
 
 for _method in ("scatter", "scatter_"):
     torch_patch(
-        "ort_export", f"torch.{_method}_value_in_export", "torch:Tensor", _method,
+        ORT_EXPORT, f"torch.{_method}_value_in_export", "torch:Tensor", _method,
         "torch's TorchScript exporter fails an internal assert (alias analysis) on a scatter of a Python bool (the "
         "DeepSeek-V3.2-style sparse attention's mask): while ORTModule exports a ZeRO-3 model, the bool is scattered "
         "as the int 0 or 1 (the same values in a bool tensor)",
@@ -89,17 +70,13 @@ for _method in ("scatter", "scatter_"):
 
 # Model code ONNX cannot express, rewritten while a model that runs it is exported (ort_zero/ort/export/rewrites/).
 for _rewrite in export_rewrites.REWRITES:
-    for _replacement in _rewrite.replacements:
-        _declaration = (_rewrite.group, _replacement.name, _replacement.owner, _replacement.attribute, _rewrite.reason)
-        if _replacement.package == "transformers":
-            transformers_patch(*_declaration, _replacement.factory, _rewrite.model_types)
-        else:
-            torch_patch(*_declaration, _replacement.factory)
+    for _declaration in _rewrite.declarations():
+        declared(_rewrite.group, _declaration)
 
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export/python_ops.py: each op, why, and the model types that need it).
 for _op in export_python_ops.PYTHON_OPS:
-    torch_patch(PYTHON_OPS, _op.name, _op.owner, _op.attribute, _op.reason, _op.replacing)
+    declared(PYTHON_OPS, _op)
 
 # Attention and experts as torch's own kernels in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/torch_kernels/: what each saves, and how the layer-wise recompute re-runs them).
@@ -139,18 +116,18 @@ CHECKPOINT_POLICY = (
 )
 CHECKPOINT_POLICY += "layer-wise recompute does its job), and stops the run with one line at 0. "
 torch_patch(
-    "ort_export", "torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply",
+    ORT_EXPORT, "torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply",
     CHECKPOINT_POLICY + "every reentrant call arrives here, however checkpoint was bound",
     deferred(lambda: ort_zero_module("zero3.checkpointing").torch_checkpoint_apply),
 )  # fmt: skip
 deepspeed_patch(
-    "ort_export", "deepspeed.checkpoint_in_export",
+    ORT_EXPORT, "deepspeed.checkpoint_in_export",
     "deepspeed.runtime.activation_checkpointing.checkpointing:CheckpointFunction", "apply",
     CHECKPOINT_POLICY + "every call arrives here, however checkpoint was bound",
     deferred(lambda: ort_zero_module("zero3.checkpointing").deepspeed_checkpoint_apply),
 )  # fmt: skip
 ort_patch(
-    "ort_export", "ort.checkpoint_wrappers_in_export", ORTM, "ORTMODULE_ONNX_EXPORT_CONTEXT",
+    ORT_EXPORT, "ort.checkpoint_wrappers_in_export", ORTM, "ORTMODULE_ONNX_EXPORT_CONTEXT",
     CHECKPOINT_POLICY + "ORT's checkpoint wrappers run the function (and print) at level 1 while this flag says an "
     "export runs; a fresh [False] (read nowhere else) makes them hand every call on",
     lambda replaced: [False],

@@ -3,14 +3,11 @@ outputs and ops it cannot handle. The whole "ort" group, applied by `enable_zero
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Any
-
 from ..ort import torch_kernels
 from ..ort.ortmodule import console, output_structures, shape_inference
 from ..stack.cuda_provider import cuda_provider_required
 from .declare import GEM, GTM, IO, ORTM, deferred, ort_patch, ort_zero_module
-from .export import CHECKPOINT_POLICY, during_export
+from .export import CHECKPOINT_POLICY
 
 # ort_zero's replacements of ORTModule's own classes, one module each (imported when their patches apply)
 GRAPH_TRANSITION = "ort.ortmodule.graph_transition_manager"
@@ -30,13 +27,13 @@ for _name, _owner, _attribute, _reason, _factory in [
         "ort.stage3_export_context", GTM, "stage3_export_context",
         "ORT's context imports torch.onnx._internal._beartype (gone in torch >= 2.5), and exporting must see "
         "full-sized stand-ins for partitioned parameters without running collectives.",
-        deferred(lambda: partial(ort_zero_module(GRAPH_TRANSITION).export_context, during_export=during_export)),
+        deferred(lambda: ort_zero_module(GRAPH_TRANSITION).export_context),
     ),
     (
         "ort.parse_outputs_for_onnx_export_and_extract_schema", IO,
         "parse_outputs_for_onnx_export_and_extract_schema",
         "ORTModule's schema-reading forward runs before the export context; it must not gather either.",
-        deferred(lambda: partial(ort_zero_module(GRAPH_TRANSITION).schema_forward, during_export=during_export)),
+        deferred(lambda: ort_zero_module(GRAPH_TRANSITION).schema_forward),
     ),
     (
         "ort.can_module_be_deep_cloned", IO, "can_module_be_deep_cloned",
@@ -166,11 +163,6 @@ ort_patch(
 )  # fmt: skip
 
 
-def _training_execution_agent(replaced: Any) -> Any:
-    manager = ort_zero_module(TRAINING)
-    return cuda_provider_required(manager.footprint_trimmed(manager.zero3_memory_optimizer_off(replaced)))
-
-
 _CUDA_REASON = (
     "when ORT's CUDA provider cannot load, ORT builds the session on the CPU provider and ORTModule trains a CUDA "
     "model on the CPU without a word; ort_zero refuses, naming what failed to load."
@@ -185,7 +177,7 @@ ort_patch(
     "needs goes: "
     "its graph builder (it makes a new one for every build), the dead memory of its graphs' protobufs and the "
     "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks).",
-    _training_execution_agent,
+    deferred(lambda: ort_zero_module(TRAINING).execution_agent),
 )  # fmt: skip
 ort_patch(
     "ort", "ort.cuda_provider_required.InferenceManager", f"{ORTM}._inference_manager:InferenceManager",

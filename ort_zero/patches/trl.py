@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..declaration import Declaration
 from ..foreign.versions import TRL_VERSIONS
 from ..patching import Patch, register
 from .declare import deferred, ort_zero_module
@@ -9,12 +10,15 @@ from .declare import deferred, ort_zero_module
 TRL = "trl"
 register(
     Patch(
-        "trl.lm_head_gather_of_parameters_only", "trl.trainer.utils", "maybe_gather_lm_head_ctx", "trl",
+        Declaration(
+            "trl.lm_head_gather_of_parameters_only", "trl.trainer.utils.maybe_gather_lm_head_ctx",
+            "TRL's ChunkedLogProbFunction gathers the LM head's ZeRO-3 parameters again in its backward; run by ORT as "
+            "a PythonOp it receives the full tensors ort_zero's bridges gathered (plain tensors, no ds_status): only "
+            "ZeRO-3 parameters are gathered, the rest are full already",
+            deferred(lambda: ort_zero_module("zero3.foreign_gathers").gathering_parameters_only),
+        ),
+        "trl",
         TRL_VERSIONS,
-        "TRL's ChunkedLogProbFunction gathers the LM head's ZeRO-3 parameters again in its backward; run by ORT as a "
-        "PythonOp it receives the full tensors ort_zero's bridges gathered (plain tensors, no ds_status): only "
-        "ZeRO-3 parameters are gathered, the rest are full already",
-        deferred(lambda: ort_zero_module("zero3.foreign_gathers").gathering_parameters_only),
     ),
     TRL,
 )  # fmt: skip

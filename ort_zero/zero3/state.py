@@ -6,7 +6,10 @@ Functions that run at step time (`bridges.py`: traced into every graph; `ort_bri
 training graph) are pass-throughs to them, as FSDP2's Functions are to its `FSDPParamGroup`. A module's count of
 backwards to come is DeepSpeed's, not a strict state machine: DeepSpeed counts it afresh at every forward, so a
 module used twice, or a forward whose backward never runs (a checkpoint's recompute), is handled as natively;
-`phase` records where the last call left the module.
+`phase` records where the last call left the module. It is recorded, not asserted: traced over the unit tests and
+the distributed parity, checkpointing, recompute, lifecycle, baseline, plain-loop, TRL and memory-efficient-gradient
+tests, 17 of the 28 (call, phase) pairs occur (a forward begun in every phase, a backward ending in any, counts down
+to -2 as DeepSpeed's own go), so no transition table holds that native ZeRO-3 does not break.
 
 Bridges are defined once, at module level, and ONNX Runtime stores their non-tensor arguments in the PythonOp, so
 the module travels as an integer key into `STATES`; the same key lets ORT's shape-inference callbacks find a

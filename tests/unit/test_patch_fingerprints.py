@@ -13,6 +13,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from ort_zero import patches, patching
+from ort_zero.declaration import Declaration
 from ort_zero.foreign.fingerprints import TESTED_SOURCES
 from ort_zero.foreign.versions import TESTED, TRANSFORMERS_VERSIONS
 from ort_zero.patches import Patch, UnsupportedVersionError
@@ -41,10 +42,11 @@ def target(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 
 def declare(attribute: str, fingerprints: tuple[str, ...]) -> Patch:
-    patch = Patch(
-        "test.rotary_in_export", MODULE, attribute, "packaging", UNTESTED, "test",
-        lambda replaced: lambda x: -x, fingerprints=fingerprints, family="llama4, llama4_text",
+    declaration = Declaration(
+        "test.rotary_in_export", f"{MODULE}.{attribute}", "test", lambda replaced: lambda x: -x,
+        ("llama4", "llama4_text"),
     )  # fmt: skip
+    patch = Patch(declaration, "packaging", UNTESTED, fingerprints=fingerprints)
     return patches.register(patch, "export_test")
 
 

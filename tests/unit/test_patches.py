@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ort_zero import patches, patching
+from ort_zero.declaration import Declaration
 from ort_zero.patches import Patch, UnsupportedVersionError
 
 MODULE = "ort_zero_test_target"
@@ -67,7 +68,9 @@ def declare(
     def make(original: Any) -> Any:
         return replacement if replacement is not None else (lambda *a, **k: f"patched {name}")
 
-    return patches.register(Patch(name, owner, attribute, distribution, versions, "test", make), group)
+    return patches.register(
+        Patch(Declaration(name, f"{owner}.{attribute}", "test", make), distribution, versions), group
+    )
 
 
 def test_apply_then_revert_restores_the_exact_originals(target: types.ModuleType) -> None:
@@ -122,7 +125,7 @@ def test_apply_is_idempotent(target: types.ModuleType) -> None:
         given.append(inner)
         return lambda: "wrapped " + inner()
 
-    patches.register(Patch("f", MODULE, "greet", "packaging", ">=0", "test", wrap), "g")
+    patches.register(Patch(Declaration("f", f"{MODULE}.greet", "test", wrap), "packaging", ">=0"), "g")
     patches.apply_group("g")
     patches.apply_group("g")
     assert target.greet() == "wrapped original"
@@ -139,7 +142,7 @@ def test_a_failing_patch_leaves_nothing_applied(target: types.ModuleType) -> Non
         raise RuntimeError("factory failed")
 
     declare("ok", MODULE, "greet")
-    patches.register(Patch("bad", f"{MODULE}:Target", "method", "packaging", ">=0", "test", explode), "g")
+    patches.register(Patch(Declaration("bad", f"{MODULE}:Target.method", "test", explode), "packaging", ">=0"), "g")
     with pytest.raises(RuntimeError, match="factory failed"):
         patches.apply_group("g")
     assert target.greet is original

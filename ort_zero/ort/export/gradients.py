@@ -9,52 +9,45 @@ unset; the export pass `passes.custom_gradients` refuses a graph with a node tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import onnx
 
+from ...declaration import Declaration
 from ...foreign import ortmodule as ort_internals
-
-
-@dataclass(frozen=True)
-class CustomGradient:
-    domain: str
-    op_type: str
-    needed_by: tuple[str, ...]  # transformers model types whose ORT graph build fails without it
-    reason: str
-    nodes: tuple[tuple, ...]  # ORTModule's notation: (op, inputs, outputs[, attributes]) with GO(i), I(i), GI(i)
-    unset_attributes: tuple[str, ...]  # the forward node's attributes the gradient assumes absent or 0
-
 
 _QWEN3_5 = ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text")
 
-GRADIENTS: tuple[CustomGradient, ...] = (
-    CustomGradient(
-        "",
-        "CumSum",
-        (*_QWEN3_5, "bailing_hybrid", "inkling2_text", "kimi_linear"),
+# Each: target "domain::OpType" ("onnx": ONNX's default domain); ORT has no gradient for it to replace, so its factory
+# takes None and returns the gradient in ORTModule's notation: (op, inputs, outputs[, attributes]) with GO(i), I(i),
+# GI(i).
+GRADIENTS: tuple[Declaration, ...] = (
+    Declaration(
+        "gradient.CumSum",
+        "onnx::CumSum",
         "ORT 1.19.2 has no gradient for CumSum (the decay's cumulative sum in the gated delta rule of Qwen3.5/"
         "Qwen3-Next's linear attention). y[j] = sum of x[i] for i <= j along the axis, so dx[i] = sum of dy[j] for "
         "j >= i: the cumulative sum of dy in reverse. torch's exporter writes CumSum without exclusive or reverse "
         "(aten::cumsum has neither)",
-        (("CumSum", ["GO(0)", "I(1)"], ["GI(0)"], {"reverse": {"value": 1, "dtype": "int"}}),),
-        ("exclusive", "reverse"),
+        lambda none: [("CumSum", ["GO(0)", "I(1)"], ["GI(0)"], {"reverse": {"value": 1, "dtype": "int"}})],
+        (*_QWEN3_5, "bailing_hybrid", "inkling2_text", "kimi_linear"),
     ),
 )
+ASSUMED_UNSET: dict[str, tuple[str, ...]] = {"onnx::CumSum": ("exclusive", "reverse")}
+"""By target: the forward node's attributes its gradient assumes absent or 0."""
 
 
 def set_attributes_assumed_unset(node: onnx.NodeProto) -> list[str]:
     """The attributes `node` sets that the registered gradient for its op assumes unset (empty for other ops)."""
     for gradient in GRADIENTS:
-        if (node.domain, node.op_type) == (gradient.domain, gradient.op_type):
-            return [a.name for a in node.attribute if a.name in gradient.unset_attributes and a.i != 0]
+        if (node.domain, node.op_type) == gradient.domain_and_op():
+            return [a.name for a in node.attribute if a.name in ASSUMED_UNSET.get(gradient.target, ()) and a.i != 0]
     return []
 
 
 def register_gradients() -> None:
     for gradient in GRADIENTS:
-        ort_internals.register_gradient(gradient.domain, gradient.op_type, list(gradient.nodes))
+        ort_internals.register_gradient(*gradient.domain_and_op(), gradient.factory(None))
 
 
 def registering_gradients(register_all: Any) -> Any:

@@ -13,24 +13,13 @@ recorded in the PythonOp's attributes by ORT's exporter and given back to the fo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ...declaration import Declaration
 from ...hooks.export_mode import is_exporting
 from .kept_graph import backward_through_graph, forward_keeping_graph
-
-
-@dataclass(frozen=True)
-class PythonOpExport:
-    name: str  # the patch's name in ort_zero.patches
-    owner: str  # where the torch function lives: "torch.linalg", "torch:Tensor"
-    attribute: str
-    needed_by: tuple[str, ...]  # transformers model types whose export or gradient fails without it
-    reason: str
-    # the patch's factory: torch's function -> what the model calls instead while it is exported
-    replacing: Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _broadcast(first: list, second: list) -> list:
@@ -180,52 +169,47 @@ def _rand_like(replaced: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _NO_EXPORT = "torch's exporter has no symbolic for it at any opset"
-PYTHON_OPS: tuple[PythonOpExport, ...] = (
-    PythonOpExport(
+PYTHON_OPS: tuple[Declaration, ...] = (
+    Declaration(
         "torch.linalg_solve_triangular_in_torch",
-        "torch.linalg",
-        "solve_triangular",
-        ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text"),
+        "torch.linalg.solve_triangular",
         f"the gated delta rule of Qwen3.5/Qwen3-Next's linear attention solves a triangular system; {_NO_EXPORT} "
         "and ORT has no such kernel: solved by torch in a PythonOp, its gradient by torch's autograd",
         _solve_triangular,
+        ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text"),
     ),
-    PythonOpExport(
+    Declaration(
         "torch.tensor_scatter_reduce_in_torch",
-        "torch:Tensor",
-        "scatter_reduce",
-        ("blt",),
+        "torch:Tensor.scatter_reduce",
         "BLT's patch embeddings take the maximum of each patch's byte embeddings with scatter_reduce('amax', "
         "include_self=False), which torch's exporter refuses (ONNX's ScatterElements always reduces with the "
         "destination's values, and has max only from opset 18; mean it has not at all), and ORT's ScatterElements "
         "gradient ignores the reduction: reduced by torch in a PythonOp (include_self=False or mean), its gradient "
         "by torch's autograd",
         _scatter_reduce,
+        ("blt",),
     ),
-    PythonOpExport(
+    Declaration(
         "torch.tensor_exponential_in_torch",
-        "torch:Tensor",
-        "exponential_",
-        ("phimoe",),
+        "torch:Tensor.exponential_",
         f"PhiMoE's router samples experts in training (Gumbel noise, Tensor.exponential_); {_NO_EXPORT}, and "
         "ORT's random ops draw other numbers than torch's generator: drawn by torch in a PythonOp",
         _exponential_,
-    ),
-    PythonOpExport(
-        "torch.tensor_uniform_in_torch",
-        "torch:Tensor",
-        "uniform_",
         ("phimoe",),
+    ),
+    Declaration(
+        "torch.tensor_uniform_in_torch",
+        "torch:Tensor.uniform_",
         f"PhiMoE's router draws with Tensor.uniform_ in training; {_NO_EXPORT}: drawn by torch in a PythonOp",
         _uniform_,
-    ),
-    PythonOpExport(
-        "torch.rand_like_in_torch",
-        "torch",
-        "rand_like",
         ("phimoe",),
+    ),
+    Declaration(
+        "torch.rand_like_in_torch",
+        "torch.rand_like",
         "PhiMoE's router draws with torch.rand_like in training, which torch exports as RandomUniformLike: ORT would "
         "draw other numbers than torch's generator, and native's losses could not be matched: drawn by torch",
         _rand_like,
+        ("phimoe",),
     ),
 )

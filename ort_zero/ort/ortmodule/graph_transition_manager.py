@@ -21,6 +21,7 @@ from ...foreign import torch as torch_internals
 from ...zero3 import external_params
 from ..export.context import is_zero3_module, stood_in_for_export
 from ..export.errors import naming_export_failures
+from ..export.groups import during_export
 from ..passes.base import ExportedGraph
 from ..passes.pipeline import run_export_passes
 from ..passes.zero3_params import TRIGGER_NAME
@@ -28,13 +29,11 @@ from ..passes.zero3_params import TRIGGER_NAME
 logger = logging.getLogger(__name__)
 
 
-def export_context(
-    original: Callable, during_export: Callable[[torch.nn.Module], contextlib.AbstractContextManager]
-) -> Callable:
+def export_context(original: Callable) -> Callable:
     """Replaces `stage3_export_context`: ORT's needs `torch.onnx._internal._beartype`, gone in torch >= 2.5.
 
     Every export (ZeRO-3 or not) runs inside it, so export failures name their module. A ZeRO-3 export also runs
-    inside `during_export(module)` (the registry's export-time patches: torch's own F.linear, and rewrites of the
+    inside `during_export(module)` (the export-time patch groups: torch's own F.linear, and rewrites of the
     model code the module runs)."""
 
     @contextlib.contextmanager
@@ -49,9 +48,7 @@ def export_context(
     return zero3_export_context
 
 
-def schema_forward(
-    original: Callable, during_export: Callable[[torch.nn.Module], contextlib.AbstractContextManager]
-) -> Callable:
+def schema_forward(original: Callable) -> Callable:
     """Wraps ORTModule's output-schema forward: it runs before the export context and must not gather either.
 
     It only reads the structure of the outputs and how many dimensions each has, so it runs on fake tensors: no

@@ -15,6 +15,7 @@ from typing import Any
 
 from ... import settings
 from ...foreign import ortmodule
+from ...stack.cuda_provider import cuda_provider_required
 from ..graph.edit import is_zero3_graph
 from ..passes.base import TrainingGraph
 from ..passes.pipeline import run_training_graph_passes
@@ -99,3 +100,9 @@ def footprint_trimmed(original: Callable) -> Callable:
         trim_training_manager(self)
 
     return _create_execution_agent
+
+
+def execution_agent(original: Callable) -> Callable:
+    """The replacement of `TrainingManager._create_execution_agent`: the CUDA provider required where the model is
+    on CUDA (`stack.cuda_provider`), ORT's memory optimizer off for a ZeRO-3 graph, the footprint trimmed after."""
+    return cuda_provider_required(footprint_trimmed(zero3_memory_optimizer_off(original)))

@@ -12,6 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from ort_zero.cli import doctor, main
+from ort_zero.declaration import Declaration
 from ort_zero.stack import cuda_libraries
 
 
@@ -160,7 +161,7 @@ def test_a_patch_of_a_package_not_installed_is_no_problem(monkeypatch: pytest.Mo
     monkeypatch.setattr(patching, "_REGISTRY", {})
     monkeypatch.setattr(patching, "_GROUPS", {})
     package = "ort-zero-no-such-distribution"
-    patching.register(patching.Patch("absent", "json", "dumps", package, ">=1", "test", lambda f: f), "g")
+    patching.register(patching.Patch(Declaration("absent", "json.dumps", "test", lambda f: f), package, ">=1"), "g")
     report = doctor.Report()
     lines = doctor.patch_lines(report)
     assert lines[1].endswith(f"({package}>=1; not applied, {package} not installed)")

@@ -74,9 +74,9 @@ HRM_TEXT = ModelRewrite(
     "entered returns its output through a Function whose gradient is zero (the cycles before it get none, as in "
     "PyTorch; ORT still runs their backward, on zeros)",
     (
-        Replacement("torch.no_grad_counted_in_hrm_text_export", "torch", "torch", "no_grad", counting_no_grad),
+        Replacement("torch.no_grad_counted_in_hrm_text_export", "torch.no_grad", counting_no_grad),
         Replacement(
-            "transformers.hrm_text_stack_detached_in_export", "transformers", f"{_HRM_TEXT}:HrmTextStack", "forward",
+            "transformers.hrm_text_stack_detached_in_export", f"{_HRM_TEXT}:HrmTextStack.forward",
             detached_under_model_no_grad,
         ),
     ),

@@ -68,8 +68,8 @@ CPMANT = ModelRewrite(
     "the int ones are nonzero, which is all the attention reads of them (`mask == False`)",
     (
         Replacement(
-            "transformers.cpmant_bool_mask_in_export", "transformers", f"{_CPMANT}:CpmAntModel",
-            "_prepare_attention_mask", mask_from_bool_context,
+            "transformers.cpmant_bool_mask_in_export", f"{_CPMANT}:CpmAntModel._prepare_attention_mask",
+            mask_from_bool_context,
         ),
     ),
 )  # fmt: skip
@@ -85,7 +85,7 @@ BLT = ModelRewrite(
     "export time, wrapped as torch wraps them, and the graph gets them as a constant",
     (
         Replacement(
-            "transformers.blt_hash_in_export", "transformers", _BLT, "rolling_polynomial_hash",
+            "transformers.blt_hash_in_export", f"{_BLT}.rolling_polynomial_hash",
             instead(rolling_polynomial_hash_with_constant_powers),
         ),
     ),

@@ -97,7 +97,7 @@ DBRX = ModelRewrite(
     "batched_mm experts do (the same values and gradients)",
     (
         Replacement(
-            "transformers.dbrx_experts_in_export", "transformers", f"{_DBRX}:DbrxExperts", "forward",
+            "transformers.dbrx_experts_in_export", f"{_DBRX}:DbrxExperts.forward",
             instead(dbrx_experts_batched),
         ),
     ),
@@ -116,14 +116,14 @@ JETMOE = ModelRewrite(
     "the square of the tokens in a batch)",
     (
         Replacement(
-            "transformers.jetmoe_gating_in_export", "transformers", f"{_JETMOE}:JetMoeTopKGating", "forward",
+            "transformers.jetmoe_gating_in_export", f"{_JETMOE}:JetMoeTopKGating.forward",
             instead(jetmoe_gating_experts_of_rows),
         ),
         Replacement(
-            "transformers.jetmoe_experts_in_export", "transformers", f"{_JETMOE}:JetMoeParallelExperts", "forward",
+            "transformers.jetmoe_experts_in_export", f"{_JETMOE}:JetMoeParallelExperts.forward",
             instead(jetmoe_experts_by_row),
         ),
-        Replacement("torch.index_add_in_jetmoe_export", "torch", "torch:Tensor", "index_add", index_add_by_one_hot),
+        Replacement("torch.index_add_in_jetmoe_export", "torch:Tensor.index_add", index_add_by_one_hot),
     ),
 )  # fmt: skip
 _LONGCAT_FLASH = "transformers.models.longcat_flash.modeling_longcat_flash"
@@ -138,8 +138,8 @@ LONGCAT_FLASH = ModelRewrite(
     "zero-compute expert keep their input (the same values and gradients)",
     (
         Replacement(
-            "transformers.longcat_flash_experts_in_export", "transformers", f"{_LONGCAT_FLASH}:LongcatFlashExperts",
-            "forward", instead(longcat_flash_experts_batched),
+            "transformers.longcat_flash_experts_in_export", f"{_LONGCAT_FLASH}:LongcatFlashExperts.forward",
+            instead(longcat_flash_experts_batched),
         ),
     ),
 )  # fmt: skip

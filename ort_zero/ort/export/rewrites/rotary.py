@@ -58,11 +58,11 @@ LLAMA4 = ModelRewrite(
     "of channels in real arithmetic (the same values)",
     (
         Replacement(
-            "transformers.llama4_rotary_in_export", "transformers", f"{_LLAMA4}:Llama4TextRotaryEmbedding", "forward",
+            "transformers.llama4_rotary_in_export", f"{_LLAMA4}:Llama4TextRotaryEmbedding.forward",
             instead(rotary_pairs),
         ),
         Replacement(
-            "transformers.llama4_apply_rotary_in_export", "transformers", _LLAMA4, "apply_rotary_emb",
+            "transformers.llama4_apply_rotary_in_export", f"{_LLAMA4}.apply_rotary_emb",
             instead(llama4_rotate_pairs),
         ),
     ),
@@ -76,11 +76,11 @@ DEEPSEEK_V2 = ModelRewrite(
     "rewrite in real arithmetic",
     (
         Replacement(
-            "transformers.deepseek_v2_rotary_in_export", "transformers", f"{_DEEPSEEK_V2}:DeepseekV2RotaryEmbedding",
-            "forward", instead(rotary_pairs),
+            "transformers.deepseek_v2_rotary_in_export", f"{_DEEPSEEK_V2}:DeepseekV2RotaryEmbedding.forward",
+            instead(rotary_pairs),
         ),
         Replacement(
-            "transformers.deepseek_v2_apply_rotary_in_export", "transformers", _DEEPSEEK_V2, "apply_rotary_emb",
+            "transformers.deepseek_v2_apply_rotary_in_export", f"{_DEEPSEEK_V2}.apply_rotary_emb",
             instead(deepseek_v2_rotate_pairs),
         ),
     ),

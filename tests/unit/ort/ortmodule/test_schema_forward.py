@@ -6,11 +6,19 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
+from ort_zero.ort.ortmodule import graph_transition_manager
 from ort_zero.ort.ortmodule.graph_transition_manager import schema_forward
+
+
+@pytest.fixture(autouse=True)
+def no_export_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schema forward alone: none of the export-time patch groups around it."""
+    monkeypatch.setattr(graph_transition_manager, "during_export", lambda module: contextlib.nullcontext())
 
 
 class Recording(nn.Module):
@@ -42,7 +50,7 @@ def test_the_schema_forward_computes_nothing() -> None:
     module = Recording(data_dependent=False)
     x = torch.randn(5, 4)
 
-    schema = schema_forward(read_schema, during_export=contextlib.nullcontext)(module, x)
+    schema = schema_forward(read_schema)(module, x)
 
     assert module.seen == [True]
     assert schema == read_schema(Recording(data_dependent=False), x)
@@ -51,7 +59,7 @@ def test_the_schema_forward_computes_nothing() -> None:
 def test_a_model_that_needs_values_gets_a_real_forward() -> None:
     module = Recording(data_dependent=True)
 
-    schema = schema_forward(read_schema, during_export=contextlib.nullcontext)(module, torch.randn(5, 4))
+    schema = schema_forward(read_schema)(module, torch.randn(5, 4))
 
     assert module.seen == [True, False]
     assert schema == [("logits", 2), ("pooled", 1)]
@@ -61,6 +69,6 @@ def test_a_model_without_zero3_parameters_is_left_to_ort() -> None:
     module = Recording(data_dependent=False)
     del module.linear.weight.ds_id
 
-    schema_forward(read_schema, during_export=contextlib.nullcontext)(module, torch.randn(5, 4))
+    schema_forward(read_schema)(module, torch.randn(5, 4))
 
     assert module.seen == [False]
