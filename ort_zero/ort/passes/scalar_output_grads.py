@@ -71,7 +71,8 @@ def run(training: TrainingGraph) -> ScalarOutputGrads:
     if scalar:
         set_ints_attribute(yield_op, _FULL_SHAPE, [index for index in full_shape if index not in scalar])
         # their full shapes are no longer what the graph says of them
-        kept = [info for info in graph.value_info if info.name not in from_caller]
+        now_scalar = passing_on.everything_made_of({gradient_of[index] for index in scalar})
+        kept = [info for info in graph.value_info if info.name not in now_scalar]
         del graph.value_info[:]
         graph.value_info.extend(kept)
         training.scalar_output_grads = scalar
