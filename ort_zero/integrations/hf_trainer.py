@@ -15,13 +15,9 @@ created, with the reason and the way out. Activation (gradient) checkpointing be
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
-import logging
 import sys
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -165,28 +161,7 @@ class ORTZeroTrainer(Trainer):
 
 
 def in_ort(model: torch.nn.Module) -> torch.nn.Module:
-    """`model` in an ORTModule, without ORTModule's warnings about what every PreTrainedModel has."""
+    """`model` in an ORTModule (what ORT says about a PreTrainedModel's attributes is cut by `ort.quiet_wrapping`)."""
     from onnxruntime.training.ortmodule import ORTModule
 
-    with _without_name_collision_warnings(), warnings.catch_warnings():
-        # ORTModule reads every attribute of the model it wraps, deprecated aliases included
-        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-        return ORTModule(model)
-
-
-@contextlib.contextmanager
-def _without_name_collision_warnings() -> Iterator[None]:
-    """ORTModule warns about every method of the model it also defines: for a PreTrainedModel `to`, `cuda`, `half`,
-    `float` (and zero.Init's `_old_init`), whose calls through ORTModule are what the Trainer expects anyway."""
-    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-    ort_logger = logging.getLogger(f"orttraining.rank-{rank}" if world > 1 else "orttraining")  # ORT's naming
-
-    def not_a_collision(record: logging.LogRecord) -> bool:
-        return "collides with ORTModule's attribute name" not in record.getMessage()
-
-    ort_logger.addFilter(not_a_collision)
-    try:
-        yield
-    finally:
-        ort_logger.removeFilter(not_a_collision)
+    return ORTModule(model)

@@ -124,6 +124,13 @@ ort_patch(
     console.quiet_logger,
 )  # fmt: skip
 ort_patch(
+    "ort", "ort.quiet_wrapping", f"{ORTM}._utils", "check_for_name_collisions_and_bind_methods_to_ortmodule",
+    "ORTModule reads every attribute of the model it wraps: a Hugging Face model's deprecated properties warn, and "
+    "ORT warns that six of PreTrainedModel's methods collide with its own (ORTModule's apply to the wrapped model "
+    "as transformers' do): both go; a collision with the user's own method is still warned of",
+    console.quiet_wrapping,
+)  # fmt: skip
+ort_patch(
     "ort", "ort.feature_table", GEM, "_log_feature_stats",
     "ORT's feature table says 'ZeRO Stage3 Support: OFF' and names ORT's memory optimizer while ort_zero runs "
     "ZeRO-3 and its own recompute: not shown for a ZeRO-3 model",

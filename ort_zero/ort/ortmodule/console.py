@@ -26,6 +26,10 @@ FAST_PATH = "Fast path enabled - skipping checks"  # ORT's default since 1.16, s
 # so at import on any machine without CUDA. ort_zero checks ORT's CUDA provider itself (stack/cuda_provider.py).
 NO_CUDA_RUNTIME = "No CUDA runtime is found"
 NO_CUDART_VERSION = "failed to get cudart_version from onnxruntime build info"
+COLLISION = "collides with ORTModule's attribute name"
+# Where the methods of the models people wrap come from; zero.Init adds `_old_init` to every class it builds.
+LIBRARIES = {"torch", "transformers", "deepspeed", "peft", "trl", "accelerate"}
+ADDED_BY_ZERO_INIT = "_old_init"
 
 
 class OrtRecords(logging.Filter):
@@ -50,6 +54,50 @@ class _WithoutMessage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.phrase not in record.getMessage()
+
+
+class LibraryCollisions(logging.Filter):
+    """While ORTModule wraps a model: drops ORT's warning that one of the model's methods collides with ORTModule's
+    where a library defined that method (a PreTrainedModel's `to`, `cuda`, `half`, `float`, `train`, `eval`):
+    ORTModule's own applies to the wrapped model, as the library's does. The user's own methods are still warned of."""
+
+    def __init__(self, model_type: type) -> None:
+        super().__init__()
+        self.model_type = model_type
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if COLLISION not in message:
+            return True
+        name = message.removeprefix("User Module's attribute name ").partition(" ")[0]
+        return not defined_by_a_library(self.model_type, name)
+
+
+def defined_by_a_library(model_type: type, name: str) -> bool:
+    if name == ADDED_BY_ZERO_INIT:
+        return True
+    owner = next((cls for cls in model_type.__mro__ if name in vars(cls)), None)
+    return owner is not None and owner.__module__.partition(".")[0] in LIBRARIES
+
+
+def quiet_wrapping(check: Callable[..., None]) -> Callable[..., None]:
+    """Replaces ORTModule's check of the wrapped model's attributes, which reads every one of them: deprecated
+    properties warn when read (transformers' `is_gradient_checkpointing`), and methods a library defined are
+    reported as collisions (`LibraryCollisions`)."""
+
+    @functools.wraps(check)
+    def check_for_name_collisions(ort_module: Any, model: Any, ort_logger: logging.Logger, *args: Any) -> None:
+        collisions = LibraryCollisions(type(model))
+        ort_logger.addFilter(collisions)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return check(ort_module, model, ort_logger, *args)
+        finally:
+            ort_logger.removeFilter(collisions)
+
+    return check_for_name_collisions
 
 
 _ORT_RECORDS = OrtRecords()

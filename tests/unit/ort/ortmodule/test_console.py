@@ -6,9 +6,13 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import warnings
+from collections.abc import Iterator
 
 import pytest
+import torch
 
+from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.ortmodule import console
 
 
@@ -45,3 +49,54 @@ def test_importing_ort_after_ort_zero_prints_nothing() -> None:
     assert child.returncode == 0, child.stderr
     printed = [line for line in (child.stdout + child.stderr).splitlines() if "Setting accelerator to CPU" not in line]
     assert printed == []
+
+
+class OwnTo(torch.nn.Module):
+    """A model whose author defined `to` itself: ORTModule's `to` runs instead, which ORT rightly warns of."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x).sum()
+
+    def to(self, *args: object, **kwargs: object) -> OwnTo:
+        return super().to(*args, **kwargs)
+
+
+@pytest.fixture
+def ort_warnings() -> Iterator[list[str]]:
+    """What ORT's logger (a process without a process group: "orttraining") passes on, as it passes it on."""
+    captured: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: captured.append(record.getMessage())  # type: ignore[method-assign]
+    ort_logger = logging.getLogger("orttraining")
+    ort_logger.addHandler(handler)
+    yield captured
+    ort_logger.removeHandler(handler)
+
+
+def test_wrapping_a_hugging_face_model_says_nothing(enabled: None, ort_warnings: list[str]) -> None:
+    from onnxruntime.training.ortmodule import ORTModule
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")
+        model = ORTModule(LlamaForCausalLM(config))
+    assert ort_warnings == [] and [str(w.message) for w in raised] == []
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert ort_run_record(model)["training"]["session"], "the model did not run in ORT"
+
+
+def test_a_collision_with_the_users_own_method_is_still_warned_of(enabled: None, ort_warnings: list[str]) -> None:
+    from onnxruntime.training.ortmodule import ORTModule
+
+    ORTModule(OwnTo())
+    assert [message for message in ort_warnings if console.COLLISION in message] == [
+        "User Module's attribute name to collides with ORTModule's attribute name. User Module's method may not be "
+        "called upon invocation through ORTModule."
+    ]
