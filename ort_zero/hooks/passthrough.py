@@ -32,11 +32,11 @@ PythonOpKey = tuple[str, tuple[int, ...]]
 
 @dataclass(frozen=True)
 class OpPlan:
-    """How ORT planned one PythonOp: its outputs in buffers of their own (`copied`: the Function returns copies) or
-    in its inputs' (borrowed views), and the tensor inputs whose gradient ORT plans in the output gradient's buffer
-    (borrowed; the other gradients are copies)."""
+    """How ORT planned one PythonOp: the outputs (by tensor input) in buffers of their own (`copied`: the Function
+    returns copies of those inputs) and the rest in their inputs' (borrowed views), and the tensor inputs whose
+    gradient ORT plans in the output gradient's buffer (borrowed; the other gradients are copies)."""
 
-    copied: bool
+    copied: frozenset[int]
     borrowed_grads: frozenset[int]
 
 
@@ -48,7 +48,9 @@ class BufferPlans:
     def __init__(self) -> None:
         self._keys: set[PythonOpKey] = set()
 
-    def plan(self, name: str, scalars: tuple[int, ...], *, copied: bool, borrowed_grads: frozenset[int]) -> None:
+    def plan(
+        self, name: str, scalars: tuple[int, ...], *, copied: frozenset[int], borrowed_grads: frozenset[int]
+    ) -> None:
         """How the PythonOp of Function `name` with integer arguments `scalars` returns its tensors from now on."""
         key = (name, scalars)
         _PLANS[key] = (self, OpPlan(copied, borrowed_grads))
@@ -103,9 +105,7 @@ def passed_through(
         return tuple(t.detach() for t in tensors)
     if plan is None:
         return tuple(t.detach() for t in tensors)
-    if plan.copied:
-        return tuple(t.detach().clone() for t in tensors)
-    return tuple(borrowed(t) for t in tensors)
+    return tuple(t.detach().clone() if index in plan.copied else borrowed(t) for index, t in enumerate(tensors))
 
 
 def input_grads(ctx: Any, grads: tuple[torch.Tensor | None, ...]) -> list[torch.Tensor | None]:

@@ -12,13 +12,16 @@ So the pass fixes, per PythonOp, where ORT plans its outputs and gradients, and 
 `hooks.passthrough.BufferPlans`), which then returns views that own nothing (`hooks.passthrough.borrowed`) where
 ORT plans an alias and copies where ORT plans a buffer of their own (which also keeps ORT's PythonOp kernel from
 copying them itself, announced on stdout):
-- forward: as each Function's alias map says, except for the PythonOps that feed the YieldOp (ORT plans no alias
-  for a node whose first consumer is the YieldOp); those lose their map and return copies, one buffer per model
-  output. Measured before the rule: with ORT's memory reuse on, the final LayerNorm's bias gradient was summed from
-  a buffer the backward had already overwritten.
+- forward: as each Function's alias map says, except for the outputs that feed the YieldOp (ORT plans no alias for
+  a value whose first consumer is the YieldOp): those are copies. Measured before the rule: with ORT's memory reuse
+  on, the final LayerNorm's bias gradient was summed from a buffer the backward had already overwritten. A copy of
+  every model output was one more logits-sized buffer beside the logits and their log-probabilities at the loss
+  (250 MiB per rank at seq 2048, vocab 32000), so the YieldOp reads each model output from the value the bridges
+  pass on, and only one output per PythonOp (a scalar where there is one: the loss) from the PythonOp, which keeps
+  the PythonOp ordered before the YieldOp.
 - backward: each passed-through gradient is planned in its output gradient's buffer where that gradient exists in
   every gradient node of the same PythonOp (Function and integer arguments: its Python call cannot tell the nodes
-  apart) and is not a graph output; other gradients are copies.
+  apart), is not a graph output and is not a model output's; other gradients are copies.
 A model that falls back to PyTorch forgets its graph's plans (`ort.ortmodule.graph_execution_manager.loud_fallback`);
 other models keep theirs.
 """
@@ -82,23 +85,59 @@ def plan_passthrough_buffers(graph: onnx.GraphProto, plans: passthrough.BufferPl
         node for node in graph.node if node.op_type == "PythonOpGrad" and node.input and node.input[0] in by_ctx
     ]
     plan = BufferPlan(python_ops=len(forward))
-
-    copied = {_key(node) for node in _feeding_yield(graph, forward)}
+    feeds = _read_from_makers(graph, forward)
     for node in forward:
-        if _key(node) in copied:
-            set_ints_attribute(node, _REUSE, [-1] * len(ints_attribute(node, _REUSE)))
+        if feed := feeds.get(_key(node)):
+            forward_map = ints_attribute(node, _REUSE)
+            set_ints_attribute(node, _REUSE, [-1 if o and i in feed.copied else i for o, i in enumerate(forward_map)])
             plan.copied_outputs.append(node.name)
+    borrowable = _borrowable_grads(graph, forward, gradient, by_ctx, feeds)
+    for node in gradient:
+        # Forward output o (0 is ctx) is a view of tensor input forward_map[o]; its gradient is this node's input
+        # o, and this node's output t is tensor input t's gradient.
+        forward_node = by_ctx[node.input[0]]
+        backward_map = [-1] * len(node.output)
+        for output, tensor_input in enumerate(ints_attribute(forward_node, _REUSE)):
+            if output > 0 and tensor_input in borrowable[_key(forward_node)]:
+                backward_map[tensor_input] = output
+        set_ints_attribute(node, _REUSE, backward_map)
+        plan.borrowed_grads += sum(1 for index in backward_map if index >= 0)
+    for key, tensor_inputs in borrowable.items():
+        copied = feeds[key].copied if key in feeds else frozenset()
+        plans.plan(*key, copied=frozenset(copied), borrowed_grads=frozenset(tensor_inputs))
+    return plan
 
+
+@dataclass
+class YieldFeed:
+    """What one pass-through PythonOp gives the YieldOp: its tensor inputs that are model outputs (`fed`) and those
+    of them the YieldOp still reads from the PythonOp (`copied`: the PythonOp returns copies of them)."""
+
+    fed: set[int] = field(default_factory=set)
+    copied: set[int] = field(default_factory=set)
+
+
+def _borrowable_grads(
+    graph: onnx.GraphProto,
+    forward: list[onnx.NodeProto],
+    gradient: list[onnx.NodeProto],
+    by_ctx: dict[str, onnx.NodeProto],
+    feeds: dict[PythonOpKey, YieldFeed],
+) -> dict[PythonOpKey, set[int]]:
+    """By PythonOp, the tensor inputs whose gradient every gradient node of it can plan in its output gradient's
+    buffer: an alias output's gradient, present, not a graph output, not a model output's."""
     graph_outputs = {value.name for value in graph.output}
     borrowable: dict[PythonOpKey, set[int]] = {_key(node): set() for node in forward}
     has_gradient: set[PythonOpKey] = set()
-    planned = [(node, _key(by_ctx[node.input[0]]), ints_attribute(by_ctx[node.input[0]], _REUSE)) for node in gradient]
-    for node, key, forward_map in planned:
+    for node in gradient:
+        key = _key(by_ctx[node.input[0]])
+        model_outputs = feeds[key].fed if key in feeds else set()
         here = {
             tensor_input
-            for output, tensor_input in enumerate(forward_map)
+            for output, tensor_input in enumerate(ints_attribute(by_ctx[node.input[0]], _REUSE))
             if output > 0
             and 0 <= tensor_input < len(node.output)
+            and tensor_input not in model_outputs
             and output < len(node.input)
             and node.input[output]
             and node.output[tensor_input]
@@ -106,33 +145,59 @@ def plan_passthrough_buffers(graph: onnx.GraphProto, plans: passthrough.BufferPl
         }
         borrowable[key] = borrowable[key] & here if key in has_gradient else here
         has_gradient.add(key)
-    for node, key, forward_map in planned:
-        # Forward output o (0 is ctx) is a view of tensor input forward_map[o]; its gradient is this node's input
-        # o, and this node's output t is tensor input t's gradient.
-        backward_map = [-1] * len(node.output)
-        for output, tensor_input in enumerate(forward_map):
-            if output > 0 and tensor_input in borrowable[key]:
-                backward_map[tensor_input] = output
-        set_ints_attribute(node, _REUSE, backward_map)
-        plan.borrowed_grads += sum(1 for index in backward_map if index >= 0)
-    for key, tensor_inputs in borrowable.items():
-        plans.plan(*key, copied=key in copied, borrowed_grads=frozenset(tensor_inputs))
-    return plan
+    return borrowable
 
 
 def _key(node: onnx.NodeProto) -> PythonOpKey:
     return function_name_of(node) or "", tuple(ints_attribute(node, "input_int_scalars"))
 
 
-def _feeding_yield(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    """The nodes among `nodes` whose outputs reach the YieldOp, directly or through Identity nodes."""
+def _read_from_makers(graph: onnx.GraphProto, forward: list[onnx.NodeProto]) -> dict[PythonOpKey, YieldFeed]:
+    """The YieldOp reads each model output from the value the pass-through PythonOps pass on, but for one output per
+    PythonOp (a scalar where it has one), which keeps that PythonOp ordered before the YieldOp, and for the values
+    that are graph inputs or initializers."""
+    yield_op = next((node for node in graph.node if node.op_type == "YieldOp"), None)
+    if yield_op is None:
+        return {}
     producer = {value: node for node in graph.node for value in node.output}
-    candidates = {id(node) for node in nodes}
-    found: dict[str, onnx.NodeProto] = {}
-    for value in (value for node in graph.node if node.op_type == "YieldOp" for value in node.input):
+    pass_through = {id(node): node for node in forward}
+    not_made = {value.name for value in graph.input} | {tensor.name for tensor in graph.initializer}
+    ranks = {info.name: len(info.type.tensor_type.shape.dim) for info in (*graph.value_info, *graph.output)}
+    fed: dict[int, list[tuple[int, int]]] = {}  # PythonOp -> (YieldOp input, its tensor input) it feeds
+    for index, value in enumerate(yield_op.input):
+        value = _before_identities(value, producer)
         node = producer.get(value)
-        while node is not None and node.op_type == "Identity":
-            node = producer.get(node.input[0])
-        if node is not None and id(node) in candidates:
-            found[node.name] = node
-    return list(found.values())
+        if node is not None and id(node) in pass_through:
+            tensor_input = ints_attribute(node, _REUSE)[list(node.output).index(value)]
+            fed.setdefault(id(node), []).append((index, tensor_input))
+    feeds: dict[PythonOpKey, YieldFeed] = {}
+    for node_id, outputs in fed.items():
+        kept = min(outputs, key=lambda output: (ranks.get(yield_op.input[output[0]]) != 0, output[0]))
+        feed = feeds.setdefault(_key(pass_through[node_id]), YieldFeed())
+        for index, tensor_input in outputs:
+            feed.fed.add(tensor_input)
+            maker = _maker(pass_through[node_id].input[tensor_input], producer, pass_through)
+            if (index, tensor_input) == kept or maker in not_made:
+                feed.copied.add(tensor_input)
+            else:
+                yield_op.input[index] = maker
+    return feeds
+
+
+def _before_identities(value: str, producer: dict[str, onnx.NodeProto]) -> str:
+    while (node := producer.get(value)) is not None and node.op_type == "Identity":
+        value = node.input[0]
+    return value
+
+
+def _maker(value: str, producer: dict[str, onnx.NodeProto], pass_through: dict[int, onnx.NodeProto]) -> str:
+    """The value that Identities and pass-through PythonOps pass on as `value`."""
+    while True:
+        value = _before_identities(value, producer)
+        node = producer.get(value)
+        if node is None or id(node) not in pass_through:
+            return value
+        tensor_input = ints_attribute(node, _REUSE)[list(node.output).index(value)]
+        if tensor_input < 0:
+            return value
+        value = node.input[tensor_input]

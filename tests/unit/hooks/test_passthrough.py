@@ -65,8 +65,8 @@ def test_without_a_plan_outputs_are_views_that_keep_their_memory_and_gradients_p
 
 
 def test_planned_outputs_are_borrowed_or_copied(plans: passthrough.BufferPlans) -> None:
-    plans.plan(NAME, (7002,), copied=False, borrowed_grads=frozenset())
-    plans.plan(NAME, (7003,), copied=True, borrowed_grads=frozenset())
+    plans.plan(NAME, (7002,), copied=frozenset(), borrowed_grads=frozenset())
+    plans.plan(NAME, (7003,), copied=frozenset({0}), borrowed_grads=frozenset())
     tensor = torch.ones(3)
     (borrowed,) = Through.apply(7002, tensor)
     (copied,) = Through.apply(7003, tensor)
@@ -77,7 +77,7 @@ def test_planned_outputs_are_borrowed_or_copied(plans: passthrough.BufferPlans) 
 def test_planned_gradients_are_borrowed_where_ort_planned_them_copied_elsewhere_zeros_where_missing(
     plans: passthrough.BufferPlans,
 ) -> None:
-    plans.plan(NAME, (7004,), copied=False, borrowed_grads=frozenset({0}))
+    plans.plan(NAME, (7004,), copied=frozenset(), borrowed_grads=frozenset({0}))
     inputs = (torch.ones(2, requires_grad=True), torch.ones(4, requires_grad=True), torch.ones(5, requires_grad=True))
     outputs = Through.apply(7004, *inputs)
     seen: list[torch.Tensor] = []
@@ -96,10 +96,10 @@ def test_forgetting_a_graphs_plans_brings_pytorchs_views_back_for_its_python_ops
     """A model that falls back forgets its own graph's plans; another model's, and a newer graph's plan for the
     same PythonOp (the model was exported again), stay."""
     falling_back, other, older, newer = (passthrough.BufferPlans() for _ in range(4))
-    falling_back.plan(NAME, (7005,), copied=False, borrowed_grads=frozenset())
-    other.plan(NAME, (7007,), copied=False, borrowed_grads=frozenset())
-    older.plan(NAME, (7008,), copied=True, borrowed_grads=frozenset())
-    newer.plan(NAME, (7008,), copied=False, borrowed_grads=frozenset())
+    falling_back.plan(NAME, (7005,), copied=frozenset(), borrowed_grads=frozenset())
+    other.plan(NAME, (7007,), copied=frozenset(), borrowed_grads=frozenset())
+    older.plan(NAME, (7008,), copied=frozenset({0}), borrowed_grads=frozenset())
+    newer.plan(NAME, (7008,), copied=frozenset(), borrowed_grads=frozenset())
     falling_back.forget()
     older.forget()
     tensor = torch.ones(3)
@@ -118,7 +118,7 @@ def test_forgetting_a_graphs_plans_brings_pytorchs_views_back_for_its_python_ops
 def test_a_forward_run_for_an_export_never_borrows(plans: passthrough.BufferPlans) -> None:
     """The inference graph's export runs the bridges in PyTorch after ORT planned them for training: a borrowed view
     of a tensor that PyTorch frees would read freed memory (falcon corrupted the heap that way)."""
-    plans.plan(NAME, (7006,), copied=False, borrowed_grads=frozenset({0}))
+    plans.plan(NAME, (7006,), copied=frozenset(), borrowed_grads=frozenset({0}))
     tensor = torch.ones(3, requires_grad=True)
     owners = storage_owners(tensor)
     with exporting():

@@ -69,21 +69,48 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     assert plan.python_ops == 3  # not the foreign Function's, nor ort_zero's that do not pass through
     assert ints_attribute(by_name["foreign"], REUSE) == [-1, 0] and ints_attribute(by_name["pull"], REUSE) == [-1, 0]
 
-    # forward: the node feeding the YieldOp (even through an Identity) loses its alias map and copies
+    # forward: the YieldOp reads one model output from the node that feeds it (even through an Identity), which
+    # copies it; the other from the value the node passes on (`loss`), which the node returns as a view
+    assert [n.input for n in graph.node if n.op_type == "YieldOp"] == [["output-0", "loss", "foreign_0"]]
     assert plan.copied_outputs == ["outer"]
-    assert ints_attribute(by_name["outer"], REUSE) == [-1, -1, -1]
+    assert ints_attribute(by_name["outer"], REUSE) == [-1, -1, 1]
     assert ints_attribute(by_name["inner"], REUSE) == [-1, 0, 1]
-    assert plans.planned(POST, (302,)).copied and not plans.planned(POST, (301,)).copied
+    assert plans.planned(POST, (302,)).copied == {0} and plans.planned(POST, (301,)).copied == set()
     assert plans.planned(function_name(ParamPull), (304,)) is None
 
-    # backward: the outer node's outputs are not aliases, so neither are its gradients. Key 301: input 0's
-    # gradient is a graph output in one node (d_h), input 1's output got no gradient in the other: the Python call
-    # cannot tell the nodes apart, so neither gradient is borrowed in any
+    # backward: model outputs' gradients are copies. Key 301: input 0's gradient is a graph output in one node
+    # (d_h), input 1's output got no gradient in the other: the Python call cannot tell the nodes apart, so neither
+    # gradient is borrowed in any
     assert ints_attribute(by_name["outer_grad"], REUSE) == [-1, -1]
     assert ints_attribute(by_name["inner_grad"], REUSE) == [-1, -1]
     assert ints_attribute(by_name["again_grad"], REUSE) == [-1, -1]
     assert plans.planned(POST, (301,)).borrowed_grads == frozenset()
     assert plan.borrowed_grads == 0
+    plans.forget()
+
+
+def test_the_yield_op_reads_a_model_output_from_its_maker_through_every_bridge() -> None:
+    """Logits made by a kernel, passed on by the lm_head's bridge and then the model's with the loss: the YieldOp
+    reads the kernel's logits and the model's copy of the (scalar) loss; a model output that is a graph input stays
+    a copy."""
+    head = pass_through(POST, "head", ["logits"], key=321)
+    model = pass_through(POST, "model", ["loss", "head_0", "ids"], key=322)
+    yield_op = helper.make_node("YieldOp", ["model_0", "model_1", "model_2"], ["g0", "g1", "g2"], "yield",
+                                domain=MS_DOMAIN)  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["h", "w"], ["logits"], "lm_head"), head, model, yield_op],
+        "g",
+        [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [2, 8])],
+        [],
+        value_info=[helper.make_tensor_value_info("model_0", onnx.TensorProto.FLOAT, [])],
+    )
+    plans = passthrough.BufferPlans()
+    plan_passthrough_buffers(graph, plans)
+    by_name = {node.name: node for node in graph.node}  # the graph holds copies of the nodes
+    assert list(by_name["yield"].input) == ["model_0", "logits", "model_2"]
+    assert ints_attribute(by_name["head"], REUSE) == [-1, 0]
+    assert ints_attribute(by_name["model"], REUSE) == [-1, -1, 1, -1]
+    assert plans.planned(POST, (322,)).copied == {0, 2} and plans.planned(POST, (321,)).copied == set()
     plans.forget()
 
 
