@@ -35,7 +35,7 @@ from deepspeed.utils import z3_leaf_module
 from ..foreign import deepspeed as ds_internals
 from ..foreign import torch as torch_internals
 from ..python_op import KeyedRegistry
-from . import grad_handoff
+from . import grad_handoff, heap
 
 
 class Phase(enum.Enum):
@@ -65,6 +65,8 @@ class ModuleState:
     returned_params: list[torch.nn.Parameter] = field(default_factory=list)
     # Parameters handed to ONNX Runtime as bridge outputs; frozen at first export so graph and runtime agree.
     exported_params: list[torch.nn.Parameter] | None = None
+    # One of a stack of like layers: the heap gives back what it freed at its boundaries (`heap`).
+    layer: bool = False
 
     def bridged_params(self) -> list[torch.nn.Parameter]:
         """The parameters an exported graph reads from this module's pre-forward bridge: all it gathers.
@@ -98,11 +100,15 @@ class ModuleState:
         if counted:
             self.pending_pre_backward += 1
         self.phase = Phase.AFTER_FORWARD
+        if self.layer:
+            heap.give_back_freed_memory()
 
     def gather_for_backward(self) -> None:
         """Before its backward: gathered again, once per counted release."""
         if self.pending_pre_backward > 0:
             self.pending_pre_backward -= 1
+            if self.layer:
+                heap.give_back_freed_memory()
             self.offload.pre_sub_module_backward_function(self.module)
             self.phase = Phase.BACKWARD
 
@@ -164,8 +170,8 @@ STATES: KeyedRegistry[ModuleState] = KeyedRegistry("ZeRO-3 module state")
 """Every hooked module's state, held by its subscriber (`ZeROOffloadSubscriber.states`) until it closes."""
 
 
-def register(module: torch.nn.Module, offload: Any) -> ModuleState:
-    state = ModuleState(module, offload)
+def register(module: torch.nn.Module, offload: Any, layer: bool = False) -> ModuleState:
+    state = ModuleState(module, offload, layer=layer)
     state.key = STATES.add(state)
     return state
 

@@ -28,8 +28,9 @@ class ZeROOffloadSubscriber(SubscriberBase):
         super().__init__()
         self.offload = offload
         self.states: dict[torch.nn.Module, zero3_state.ModuleState] = {}
+        layers = set(stacked_layers(root))
         for module in hooked_modules(root):
-            self.states[module] = zero3_state.register(module, offload)
+            self.states[module] = zero3_state.register(module, offload, layer=module in layers)
         self.root_state = self.states[root]
 
     def close(self) -> None:
@@ -116,6 +117,17 @@ class Carried:
         for index, output in zip(self.positions, outputs, strict=True):
             merged[index] = output
         return tuple(merged)
+
+
+def stacked_layers(root: torch.nn.Module) -> list[torch.nn.Module]:
+    """A model's layers: the children of a ModuleList or Sequential that holds two or more of their type."""
+    return [
+        child
+        for stack in root.modules()
+        if isinstance(stack, (torch.nn.ModuleList, torch.nn.Sequential))
+        for child in stack.children()
+        if sum(type(other) is type(child) for other in stack.children()) >= 2
+    ]
 
 
 def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:

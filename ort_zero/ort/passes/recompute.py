@@ -31,6 +31,7 @@ from ...python_op import function_name, function_name_of
 from ...zero3 import state as zero3_state
 from ...zero3.bridges import PreForwardBridge
 from ...zero3.ort_bridges import RecomputeParamsBridge, RecomputeStartBridge
+from ...zero3.subscriber import stacked_layers
 from ..graph.edit import register_function
 from ..graph.training_graph import TrainingGraphView
 from .base import GraphPass, TrainingGraph
@@ -41,7 +42,6 @@ logger = logging.getLogger(__name__)
 LAYER_PLAN = "TransformerLayerRecompute"
 MODULE_PLAN = "ModuleRecompute"
 _DROPOUTS = frozenset({"Dropout", "BitmaskDropout", "BiasDropout", "BitmaskBiasDropout"})
-_STACKS = (torch.nn.ModuleList, torch.nn.Sequential)
 
 
 @dataclass
@@ -158,13 +158,7 @@ def _counts(names: Iterator[str | None]) -> dict[str, int]:
 def _regions(root: torch.nn.Module, keys: set[int], level: int) -> Iterator[tuple[str, int, str]]:
     """(module path, key, plan) of the regions to recompute, in module order."""
     key_of = {id(zero3_state.lookup(key).module): key for key in keys}
-    layers = {
-        id(child)
-        for module in root.modules()
-        if isinstance(module, _STACKS)
-        for child in module.children()
-        if sum(type(other) is type(child) for other in module.children()) >= 2
-    }
+    layers = {id(layer) for layer in stacked_layers(root)}
     holds_layer = {id(m) for m in root.modules() if any(id(sub) in layers for sub in m.modules())}
     for path, module in root.named_modules():
         if id(module) in layers and id(module) in key_of:
