@@ -28,8 +28,8 @@ def recompute_level() -> int:
 
 
 def trim_heap() -> bool:
-    """Whether ORT training sessions on CPU hand the heap's free pages back to the OS after each forward and each
-    backward (ORT_ZERO_TRIM_HEAP, default 1; why: `ort_zero.ort.ortmodule.footprint`)."""
+    """Whether glibc's heap hands its free pages back to the OS at each layer's boundary and after each forward and
+    backward of an ORT session on CPU (ORT_ZERO_TRIM_HEAP, default 1; why: `ort_zero.zero3.heap`)."""
     raw = os.environ.get("ORT_ZERO_TRIM_HEAP", "1").strip() or "1"
     if raw not in {"0", "1"}:
         raise ValueError(f"ORT_ZERO_TRIM_HEAP={raw!r}: use 1 (trim, the default) or 0")

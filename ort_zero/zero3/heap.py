@@ -1,4 +1,6 @@
-"""What the heap freed, back to the system at each layer's boundary (glibc's `malloc_trim`; elsewhere nothing).
+"""What glibc's heap freed, back to the system (`malloc_trim`; elsewhere nothing): at each layer's boundary (below),
+after each ORT forward and backward on CPU and once an ORT session is built (`ort.ortmodule.footprint`, which says
+what those hold). ORT_ZERO_TRIM_HEAP=0 keeps it all (`settings.trim_heap`).
 
 glibc serves allocations below its mmap threshold from its heaps, and that threshold rises with the largest block
 freed so far, to 32 MiB: a layer's gathered weights and, at long sequences, its activations (6-24 MiB per tensor
@@ -14,6 +16,8 @@ import ctypes
 import functools
 from collections.abc import Callable
 
+from .. import settings
+
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -24,6 +28,6 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def give_back_freed_memory() -> None:
-    """Return the free pages of every glibc heap to the system."""
-    if (trim := _malloc_trim()) is not None:
+    """Return the free pages of every glibc heap to the system, unless ORT_ZERO_TRIM_HEAP=0."""
+    if (trim := _malloc_trim()) is not None and settings.trim_heap():
         trim(0)

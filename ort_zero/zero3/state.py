@@ -65,8 +65,8 @@ class ModuleState:
     returned_params: list[torch.nn.Parameter] = field(default_factory=list)
     # Parameters handed to ONNX Runtime as bridge outputs; frozen at first export so graph and runtime agree.
     exported_params: list[torch.nn.Parameter] | None = None
-    # One of a stack of like layers: the heap gives back what it freed at its boundaries (`heap`).
-    layer: bool = False
+    # A layer (one of a stack of like modules) on the CPU: the heap gives back what it freed at its boundaries.
+    trims_heap: bool = False
 
     def bridged_params(self) -> list[torch.nn.Parameter]:
         """The parameters an exported graph reads from this module's pre-forward bridge: all it gathers.
@@ -100,14 +100,14 @@ class ModuleState:
         if counted:
             self.pending_pre_backward += 1
         self.phase = Phase.AFTER_FORWARD
-        if self.layer:
+        if self.trims_heap:
             heap.give_back_freed_memory()
 
     def gather_for_backward(self) -> None:
         """Before its backward: gathered again, once per counted release."""
         if self.pending_pre_backward > 0:
             self.pending_pre_backward -= 1
-            if self.layer:
+            if self.trims_heap:
                 heap.give_back_freed_memory()
             self.offload.pre_sub_module_backward_function(self.module)
             self.phase = Phase.BACKWARD
@@ -170,8 +170,8 @@ STATES: KeyedRegistry[ModuleState] = KeyedRegistry("ZeRO-3 module state")
 """Every hooked module's state, held by its subscriber (`ZeROOffloadSubscriber.states`) until it closes."""
 
 
-def register(module: torch.nn.Module, offload: Any, layer: bool = False) -> ModuleState:
-    state = ModuleState(module, offload, layer=layer)
+def register(module: torch.nn.Module, offload: Any, trims_heap: bool = False) -> ModuleState:
+    state = ModuleState(module, offload, trims_heap=trims_heap)
     state.key = STATES.add(state)
     return state
 

@@ -28,9 +28,9 @@ class ZeROOffloadSubscriber(SubscriberBase):
         super().__init__()
         self.offload = offload
         self.states: dict[torch.nn.Module, zero3_state.ModuleState] = {}
-        layers = set(stacked_layers(root))
+        layers = {layer for layer in stacked_layers(root) if _on_cpu(layer)}
         for module in hooked_modules(root):
-            self.states[module] = zero3_state.register(module, offload, layer=module in layers)
+            self.states[module] = zero3_state.register(module, offload, trims_heap=module in layers)
         self.root_state = self.states[root]
 
     def close(self) -> None:
@@ -128,6 +128,11 @@ def stacked_layers(root: torch.nn.Module) -> list[torch.nn.Module]:
         for child in stack.children()
         if sum(type(other) is type(child) for other in stack.children()) >= 2
     ]
+
+
+def _on_cpu(module: torch.nn.Module) -> bool:
+    """Its parameters live on the CPU (their tensors, partitioned or not, are on the accelerator otherwise)."""
+    return all(param.device.type == "cpu" for param in module.parameters())
 
 
 def hooked_modules(root: torch.nn.Module) -> list[torch.nn.Module]:

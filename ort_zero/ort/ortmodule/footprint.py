@@ -9,7 +9,8 @@ Freed small blocks of the export's garbage then stay in the heap (28 MiB that `m
 Every step leaves freed memory in glibc's heap too, more under ORT than in PyTorch: measured on a 162M LLaMA
 (Trainer, 2 CPU ranks, ORT's arena on), RSS after a step fell by 1.2 GiB per rank with `malloc_trim` under ORT and by
 0.75 GiB natively (live memory: 2.9 vs 2.5 GiB; ORT's arena is the difference). So after each forward and each
-backward an ORT training session hands the heap's free pages back (`ORT_ZERO_TRIM_HEAP=0` keeps them).
+backward an ORT training session on CPU hands the heap's free pages back (`zero3.heap`; `ORT_ZERO_TRIM_HEAP=0`
+keeps them).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 
 import onnx
 
-from ... import settings
 from ...foreign import ortmodule
+from ...zero3 import heap
 
 
 def compacted(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -41,14 +42,7 @@ def trim_training_manager(manager: Any) -> None:
     goes: ORT keeps it to rebuild an inference session after a provider failure, which a training agent never does.
     """
     ortmodule.release_kept(manager, compacted)
-    return_freed_heap()
-
-
-def return_freed_heap() -> None:
-    """Hands the heap's free pages back to the OS (glibc), as an export leaves many; elsewhere a no-op."""
-    trim = getattr(_libc(), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
+    heap.give_back_freed_memory()  # an export leaves many free pages
 
 
 def trimmed_after_backward(run_backward: Any) -> Any:
@@ -58,9 +52,8 @@ def trimmed_after_backward(run_backward: Any) -> Any:
     @functools.wraps(run_backward)
     def run_backward_then_trim(self: Any, feeds: Any, fetches: Any, state: Any) -> None:
         run_backward(self, feeds, fetches, state)
-        on_cpu = ortmodule.agent_session(self).get_providers()[0] == "CPUExecutionProvider"
-        if on_cpu and settings.trim_heap():
-            return_freed_heap()
+        if ortmodule.agent_session(self).get_providers()[0] == "CPUExecutionProvider":
+            heap.give_back_freed_memory()
 
     return run_backward_then_trim
 
@@ -76,9 +69,8 @@ def trimmed_after_forward(run_forward: Any) -> Any:
     @functools.wraps(run_forward)
     def run_forward_then_trim(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = run_forward(self, *args, **kwargs)
-        on_cpu = ortmodule.agent_session(self).get_providers()[0] == "CPUExecutionProvider"
-        if on_cpu and settings.trim_heap():
-            return_freed_heap()
+        if ortmodule.agent_session(self).get_providers()[0] == "CPUExecutionProvider":
+            heap.give_back_freed_memory()
         return result
 
     return run_forward_then_trim

@@ -14,7 +14,7 @@ from deepspeed.runtime.comm.coalesced_collectives import reduce_scatter_coalesce
 from rank_run import finish, start, write_result
 
 from ort_zero import patches
-from ort_zero.ort.ortmodule.footprint import return_freed_heap
+from ort_zero.zero3.heap import give_back_freed_memory
 
 PAGE = resource.getpagesize()
 BUCKETS = {  # as DeepSpeed's gradient buckets hand them over: one gradient, or several of odd sizes (padded)
@@ -31,7 +31,7 @@ def gradients(shapes: list[tuple[int, ...]], rank: int) -> list[torch.Tensor]:
 def reduced(shapes: list[tuple[int, ...]], rank: int) -> tuple[list[torch.Tensor], int]:
     """This rank's partitions of the bucket, and the pages the call faulted in."""
     grads = gradients(shapes, rank)
-    return_freed_heap()
+    give_back_freed_memory()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     partitions = reduce_scatter_coalesced(grads)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before

@@ -73,10 +73,19 @@ def test_layers_give_back_at_their_boundaries(subscribe: Callable, monkeypatch: 
     trims: list[list[tuple[str, str]]] = []
     monkeypatch.setattr(heap, "give_back_freed_memory", lambda: trims.append(list(subscribed.offload.log)))
     model(torch.randn(2, 4, requires_grad=True)).backward()
-    layers = {subscribed.offload.names[m] for m, s in subscribed.subscriber.states.items() if s.layer}
+    layers = {subscribed.offload.names[m] for m, s in subscribed.subscriber.states.items() if s.trims_heap}
     assert layers == {"layers.0", "layers.1"}
     # after each layer's release in the forward, before its gather in the backward: 4 trims
     # after each layer's release in the forward, before each layer's gather for its backward
     assert [log[-1] for log in trims] == [
         ("fwd_release", "layers.0"), ("fwd_release", "layers.1"), ("bwd_gather", "root"), ("bwd_release", "layers.1")
     ]  # fmt: skip
+
+
+def test_trim_heap_0_keeps_the_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: trims.append)
+    heap.give_back_freed_memory()
+    monkeypatch.setenv("ORT_ZERO_TRIM_HEAP", "0")
+    heap.give_back_freed_memory()
+    assert trims == [0]
