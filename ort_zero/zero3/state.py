@@ -101,14 +101,14 @@ class ModuleState:
             self.pending_pre_backward += 1
         self.phase = Phase.AFTER_FORWARD
         if self.trims_heap:
-            heap.give_back_freed_memory()
+            heap.give_back_if_grown()
 
     def gather_for_backward(self) -> None:
         """Before its backward: gathered again, once per counted release."""
         if self.pending_pre_backward > 0:
             self.pending_pre_backward -= 1
             if self.trims_heap:
-                heap.give_back_freed_memory()
+                heap.give_back_if_grown()
             self.offload.pre_sub_module_backward_function(self.module)
             self.phase = Phase.BACKWARD
 
