@@ -10,7 +10,6 @@ export (ORTModule's post-export processing, per export):
 training graph (ORT's graph-optimizer registry, before the session exists):
     backward_gather       each module's backward reads its parameters gathered again for it
     recompute             layer-wise recompute at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (and Dropout seeds)
-    unread_contexts       a torch kernel whose context no backward reads (the recompute's) keeps nothing
     scalar_output_grads   a model output whose gradient ORT only adds to its own takes a scalar zero when none is given
     passthrough_buffers   ORT's buffer plan alone owns what the pass-through PythonOps return
 """
@@ -29,7 +28,6 @@ from . import (
     same_type_casts,
     scalar_output_grads,
     unchecked_kernels,
-    unread_contexts,
     zero3_params,
 )
 from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
@@ -45,7 +43,6 @@ EXPORT_PASSES: tuple[GraphPass, ...] = (
 TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (
     backward_gather.PASS,
     recompute.PASS,
-    unread_contexts.PASS,
     scalar_output_grads.PASS,
     passthrough_buffers.PASS,
 )

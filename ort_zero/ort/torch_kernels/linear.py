@@ -32,13 +32,12 @@ class LinearInTorch(torch.autograd.Function):
         linear: torch.nn.Module,
         *params: torch.Tensor,
     ) -> torch.Tensor:
-        wanted = wanted_grads(ctx, input, linear, *params)
+        wanted_grads(ctx, input, linear, *params)
         names = [name for name, _ in _named_linear_params(linear)]
         gathered = dict(zip(names, params, strict=True))
         ctx.linear = linear
         ctx.params = [(p, g.shape, g.dtype) for p, g in zip(linear_params(linear), params, strict=True)]
-        # the trace's forward has no backward, nor has a forward whose backward runs on a recomputed copy
-        keep = linear.weight.requires_grad and any(wanted) and not is_exporting()
+        keep = linear.weight.requires_grad and not is_exporting()  # the trace's forward has no backward
         ctx.input = _SharedCopy.of(input) if keep else None
         return torch.nn.functional.linear(input, gathered["weight"], gathered.get("bias"))
 
