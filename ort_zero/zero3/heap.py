@@ -20,13 +20,28 @@ import ctypes
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import settings
 
 LAYER_TRIM_GROWTH = 256 * 2**20
 """Bytes RSS must have grown by since the last trim for a layer's boundary to trim."""
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-_last_trim_rss = 0
+
+
+@dataclass
+class TrimMark:
+    """RSS after the last trim, lowered when RSS falls below it: what a layer's boundary measures growth from."""
+
+    rss: int = 0
+
+    def grown_by_enough(self, rss: int) -> bool:
+        self.rss = min(self.rss, rss)
+        return rss - self.rss >= LAYER_TRIM_GROWTH
+
+
+MARK = TrimMark()
+"""The process's one mark: glibc's heaps are the process's."""
 
 
 @functools.cache
@@ -44,19 +59,12 @@ def rss_bytes() -> int:
 
 def give_back_freed_memory() -> None:
     """Return the free pages of every glibc heap to the system, unless ORT_ZERO_TRIM_HEAP=0."""
-    global _last_trim_rss
     if (trim := _malloc_trim()) is not None and settings.trim_heap():
         trim(0)
-        _last_trim_rss = rss_bytes()
+        MARK.rss = rss_bytes()
 
 
 def give_back_if_grown() -> None:
     """At a layer's boundary: `give_back_freed_memory` once RSS has grown by `LAYER_TRIM_GROWTH` since the last."""
-    global _last_trim_rss
-    if _malloc_trim() is None:
-        return
-    rss = rss_bytes()
-    if rss - _last_trim_rss >= LAYER_TRIM_GROWTH:
+    if _malloc_trim() is not None and MARK.grown_by_enough(rss_bytes()):
         give_back_freed_memory()
-    elif rss < _last_trim_rss:
-        _last_trim_rss = rss

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import onnx
 import torch
 
-from ...hooks.passthrough import BufferPlans
+from ...hooks.passthrough import BufferPlans, PythonOpKey
 
 
 class PassReport(Protocol):
@@ -37,6 +37,15 @@ class ExportedGraph:
 
 
 @dataclass
+class YieldFeed:
+    """What one pass-through PythonOp gives the YieldOp: its tensor inputs that are model outputs (`fed`) and those
+    of them the YieldOp still reads from the PythonOp (`copied`: the PythonOp returns copies of them)."""
+
+    fed: set[int] = field(default_factory=set)
+    copied: set[int] = field(default_factory=set)
+
+
+@dataclass
 class TrainingGraph:
     """What the training-graph passes share: ORT's forward+backward graph, before its session exists."""
 
@@ -47,6 +56,8 @@ class TrainingGraph:
     buffer_plans: BufferPlans = field(default_factory=BufferPlans)
     # model outputs whose missing gradient ORT now takes as a scalar zero (scalar_output_grads)
     scalar_output_grads: list[int] = field(default_factory=list)
+    # by pass-through PythonOp, the model outputs the YieldOp reads from it (yield_from_makers)
+    yield_feeds: dict[PythonOpKey, YieldFeed] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

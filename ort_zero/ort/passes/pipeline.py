@@ -11,6 +11,7 @@ training graph (ORT's graph-optimizer registry, before the session exists):
     backward_gather       each module's backward reads its parameters gathered again for it
     recompute             layer-wise recompute at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (and Dropout seeds)
     scalar_output_grads   a model output whose gradient ORT only adds to its own takes a scalar zero when none is given
+    yield_from_makers     the YieldOp reads model outputs from the kernels that made them, not from bridge copies
     passthrough_buffers   ORT's buffer plan alone owns what the pass-through PythonOps return
 """
 
@@ -28,6 +29,7 @@ from . import (
     same_type_casts,
     scalar_output_grads,
     unchecked_kernels,
+    yield_from_makers,
     zero3_params,
 )
 from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
@@ -44,6 +46,7 @@ TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (
     backward_gather.PASS,
     recompute.PASS,
     scalar_output_grads.PASS,
+    yield_from_makers.PASS,
     passthrough_buffers.PASS,
 )
 

@@ -14,20 +14,18 @@ such outputs out of the YieldOp's `full_shape_outputs`, and the manager's graph 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import onnx
 
-from ...python_op import function_name_of, ints_attribute
+from ...python_op import ints_attribute
 from ..graph.edit import set_ints_attribute
+from ..graph.pass_through import GradientPaths
 from .base import GraphPass, TrainingGraph
-from .passthrough_buffers import PASS_THROUGH_FUNCTIONS
 
 logger = logging.getLogger(__name__)
 _FULL_SHAPE = "full_shape_outputs"
 _NOT_DIFFERENTIABLE = "non_differentiable_outputs"
-_REUSE = "tensor_reuse_map"
 
 
 @dataclass
@@ -51,27 +49,23 @@ def run(training: TrainingGraph) -> ScalarOutputGrads:
     yield_op = next((n for n in graph.node if n.op_type == "YieldOp"), None)
     if yield_op is None:
         return report
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            consumers[name].append(node)
     graph_outputs = {output.name for output in graph.output}
     full_shape = ints_attribute(yield_op, _FULL_SHAPE)
     not_differentiable = set(ints_attribute(yield_op, _NOT_DIFFERENTIABLE))
     # the YieldOp's outputs: the gradients of its differentiable inputs, in order (later inputs are cached values)
     differentiable = [index for index in range(len(yield_op.input)) if index not in not_differentiable]
     gradient_of = dict(zip(differentiable, yield_op.output, strict=False))
-    passing_on = _PassingOn(consumers, _pass_through_maps(graph))
-    from_caller = passing_on.everything_made_of(set(gradient_of.values()))
+    paths = GradientPaths.of(graph)
+    from_caller = paths.everything_made_of(set(gradient_of.values()))
     scalar = [
         index
         for index in full_shape
-        if index in gradient_of and passing_on.only_added(gradient_of[index], graph_outputs, from_caller)
+        if index in gradient_of and _only_added(paths, gradient_of[index], graph_outputs, from_caller)
     ]
     if scalar:
         set_ints_attribute(yield_op, _FULL_SHAPE, [index for index in full_shape if index not in scalar])
         # their full shapes are no longer what the graph says of them
-        now_scalar = passing_on.everything_made_of({gradient_of[index] for index in scalar})
+        now_scalar = paths.everything_made_of({gradient_of[index] for index in scalar})
         kept = [info for info in graph.value_info if info.name not in now_scalar]
         del graph.value_info[:]
         graph.value_info.extend(kept)
@@ -84,66 +78,21 @@ def _is(node: onnx.NodeProto, op_type: str) -> bool:
     return node.op_type == op_type and node.domain in ("", "ai.onnx")
 
 
-def _pass_through_maps(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """By context value: the alias map of each of ort_zero's pass-through PythonOps (forward output o, 0 being the
-    context, is its tensor input map[o])."""
-    return {
-        node.output[0]: ints_attribute(node, _REUSE)
-        for node in graph.node
-        if function_name_of(node) in PASS_THROUGH_FUNCTIONS
-    }
-
-
-@dataclass
-class _PassingOn:
-    """How a gradient travels unchanged: through Identities and ort_zero's pass-through bridges' backwards."""
-
-    consumers: dict[str, list[onnx.NodeProto]]
-    pass_through: dict[str, list[int]]
-
-    def passed_on(self, value: str, node: onnx.NodeProto) -> list[str] | None:
-        """What `node` makes of `value` unchanged, or None where it computes with it."""
-        if _is(node, "Identity"):
-            return [node.output[0]]
-        forward_map = self.pass_through.get(node.input[0]) if node.op_type == "PythonOpGrad" else None
-        if forward_map is None:
-            return None
-        made = []
-        for position, name in enumerate(node.input):
-            if name != value or position == 0:
-                continue
-            tensor_input = forward_map[position] if position < len(forward_map) else -1
-            if not 0 <= tensor_input < len(node.output) or not node.output[tensor_input]:
-                return None
-            made.append(node.output[tensor_input])
-        return made
-
-    def everything_made_of(self, values: set[str]) -> set[str]:
-        """`values` and every value passed on unchanged from them."""
-        found, pending = set(values), list(values)
-        while pending:
-            value = pending.pop()
-            for node in self.consumers.get(value, []):
-                for made in self.passed_on(value, node) or []:
-                    if made not in found:
-                        found.add(made)
-                        pending.append(made)
-        return found
-
-    def only_added(self, value: str, graph_outputs: set[str], from_caller: set[str]) -> bool:
-        """Every use of `value`, passed on unchanged, is an input of a Sum that also adds a gradient ORT computed (so
-        the sum keeps that gradient's shape); none is a graph output."""
-        if value in graph_outputs or not self.consumers.get(value):
-            return False
-        for node in self.consumers[value]:
-            made = self.passed_on(value, node)
-            if made is not None:
-                if not made or not all(self.only_added(m, graph_outputs, from_caller) for m in made):
-                    return False
-            elif not (_is(node, "Sum") and any(name not in from_caller for name in node.input)):
+def _only_added(paths: GradientPaths, value: str, graph_outputs: set[str], from_caller: set[str]) -> bool:
+    """Every use of `value`, passed on unchanged, is an input of a Sum that also adds a gradient ORT computed (so
+    the sum keeps that gradient's shape); none is a graph output."""
+    if value in graph_outputs or not paths.consumers.get(value):
+        return False
+    for node in paths.consumers[value]:
+        made = paths.passed_on(value, node)
+        if made is not None:
+            if not made or not all(_only_added(paths, m, graph_outputs, from_caller) for m in made):
                 return False
-        return True
+        elif not (_is(node, "Sum") and any(name not in from_caller for name in node.input)):
+            return False
+    return True
 
 
-# Before passthrough_buffers, which drops the alias maps of the bridges that feed the YieldOp.
+# Before passthrough_buffers, which drops the alias maps of the bridges that feed the YieldOp, and before
+# yield_from_makers, which changes what the YieldOp reads (its report names the outputs as the bridges passed them).
 PASS = GraphPass("scalar_output_grads", run)

@@ -77,11 +77,10 @@ def test_layers_give_back_at_their_boundaries(subscribe: Callable, monkeypatch: 
     trims: list[list[tuple[str, str]]] = []
     monkeypatch.setattr(heap, "give_back_freed_memory", lambda: trims.append(list(subscribed.offload.log)))
     monkeypatch.setattr(heap, "rss_bytes", lambda: heap.LAYER_TRIM_GROWTH)  # grown since the last trim, always
-    monkeypatch.setattr(heap, "_last_trim_rss", 0)  # whatever earlier tests trimmed
+    monkeypatch.setattr(heap.MARK, "rss", 0)  # whatever earlier tests trimmed
     model(torch.randn(2, 4, requires_grad=True)).backward()
     layers = {subscribed.offload.names[m] for m, s in subscribed.subscriber.states.items() if s.trims_heap}
     assert layers == {"layers.0", "layers.1"}
-    # after each layer's release in the forward, before its gather in the backward: 4 trims
     # after each layer's release in the forward, before each layer's gather for its backward
     assert [log[-1] for log in trims] == [
         ("fwd_release", "layers.0"), ("fwd_release", "layers.1"), ("bwd_gather", "root"), ("bwd_release", "layers.1")
@@ -92,11 +91,11 @@ def test_a_layer_trims_once_rss_has_grown(monkeypatch: pytest.MonkeyPatch) -> No
     rss, trims = [0], []
     monkeypatch.setattr(heap, "_malloc_trim", lambda: trims.append)
     monkeypatch.setattr(heap, "rss_bytes", lambda: rss[0])
-    monkeypatch.setattr(heap, "_last_trim_rss", 100 * MIB)
+    monkeypatch.setattr(heap.MARK, "rss", 100 * MIB)
     for mib in (150, 90, 90 + 255, 90 + 256):  # a shrink lowers the mark: 346 MiB has grown by 256 since 90
         rss[0] = mib * MIB
         heap.give_back_if_grown()
-    assert trims == [0] and heap._last_trim_rss == 346 * MIB
+    assert trims == [0] and heap.MARK.rss == 346 * MIB
 
 
 def test_trim_heap_0_keeps_the_pages(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -269,3 +269,15 @@ def layer_calls(keys: Keys, foreign: dict[int, str] | None = None) -> list[Call]
 
 # ----------------------------------------------------------------------------------------------------------------
 # Reading graphs
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One pass-through PythonOp (the buffer and YieldOp tests)
+
+REUSE = "tensor_reuse_map"
+
+
+def pass_through(func: str, name: str, inputs: list[str], key: int) -> onnx.NodeProto:
+    outputs = [f"{name}_ctx", *(f"{name}_{i}" for i in range(len(inputs)))]
+    return helper.make_node("PythonOp", inputs, outputs, name, domain=MS_DOMAIN, func_name=func,
+                            input_int_scalars=[key], tensor_reuse_map=[-1, *range(len(inputs))])  # fmt: skip

@@ -16,18 +16,14 @@ importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.hooks import passthrough  # noqa: E402
 from ort_zero.ort.passes.passthrough_buffers import plan_passthrough_buffers  # noqa: E402
+from ort_zero.ort.passes.yield_from_makers import read_from_makers  # noqa: E402
 from ort_zero.ort.step_functions import ParamPull  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name, ints_attribute  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
 
-REUSE = "tensor_reuse_map"
+from .conftest import REUSE, pass_through  # noqa: E402
+
 POST = function_name(PostForwardBridge)
-
-
-def pass_through(func: str, name: str, inputs: list[str], key: int) -> onnx.NodeProto:
-    outputs = [f"{name}_ctx", *(f"{name}_{i}" for i in range(len(inputs)))]
-    return helper.make_node("PythonOp", inputs, outputs, name, domain=MS_DOMAIN, func_name=func,
-                            input_int_scalars=[key], tensor_reuse_map=[-1, *range(len(inputs))])  # fmt: skip
 
 
 def gradient_of(node: onnx.NodeProto, grads: list[str], outputs: list[str]) -> onnx.NodeProto:
@@ -63,7 +59,7 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("d_h", onnx.TensorProto.FLOAT, None)])
 
     plans = passthrough.BufferPlans()
-    plan = plan_passthrough_buffers(graph, plans)
+    plan = plan_passthrough_buffers(graph, plans, read_from_makers(graph))
     by_name = {node.name: node for node in graph.node}
 
     assert plan.python_ops == 3  # not the foreign Function's, nor ort_zero's that do not pass through
@@ -89,31 +85,6 @@ def test_the_pass_plans_views_copies_and_gradients() -> None:
     plans.forget()
 
 
-def test_the_yield_op_reads_a_model_output_from_its_maker_through_every_bridge() -> None:
-    """Logits made by a kernel, passed on by the lm_head's bridge and then the model's with the loss: the YieldOp
-    reads the kernel's logits and the model's copy of the (scalar) loss; a model output that is a graph input stays
-    a copy."""
-    head = pass_through(POST, "head", ["logits"], key=321)
-    model = pass_through(POST, "model", ["loss", "head_0", "ids"], key=322)
-    yield_op = helper.make_node("YieldOp", ["model_0", "model_1", "model_2"], ["g0", "g1", "g2"], "yield",
-                                domain=MS_DOMAIN)  # fmt: skip
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["h", "w"], ["logits"], "lm_head"), head, model, yield_op],
-        "g",
-        [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [2, 8])],
-        [],
-        value_info=[helper.make_tensor_value_info("model_0", onnx.TensorProto.FLOAT, [])],
-    )
-    plans = passthrough.BufferPlans()
-    plan_passthrough_buffers(graph, plans)
-    by_name = {node.name: node for node in graph.node}  # the graph holds copies of the nodes
-    assert list(by_name["yield"].input) == ["model_0", "logits", "model_2"]
-    assert ints_attribute(by_name["head"], REUSE) == [-1, 0]
-    assert ints_attribute(by_name["model"], REUSE) == [-1, -1, 1, -1]
-    assert plans.planned(POST, (322,)).copied == {0, 2} and plans.planned(POST, (321,)).copied == set()
-    plans.forget()
-
-
 def test_gradients_are_borrowed_where_every_node_of_the_pythonop_has_them() -> None:
     first = pass_through(POST, "first", ["a", "b"], key=311)
     second = pass_through(POST, "second", ["c", "d"], key=311)
@@ -129,7 +100,7 @@ def test_gradients_are_borrowed_where_every_node_of_the_pythonop_has_them() -> N
         [],
     )
     plans = passthrough.BufferPlans()
-    plan = plan_passthrough_buffers(graph, plans)
+    plan = plan_passthrough_buffers(graph, plans, read_from_makers(graph))
     first_grad, second_grad = graph.node[2:]
     assert ints_attribute(first_grad, REUSE) == [1, -1]  # output 1's gradient (input 1) is input 0's gradient
     assert ints_attribute(second_grad, REUSE) == [1, -1]
