@@ -38,6 +38,13 @@ def post_accumulate_grad_hooks(tensor: torch.Tensor) -> list[Callable[..., Any]]
     return list((getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values())
 
 
+def is_fake(tensor: torch.Tensor) -> bool:
+    """A fake tensor (shapes and dtypes only): it has no memory of its own to ask about."""
+    from torch._subclasses.fake_tensor import is_fake as fake
+
+    return fake(tensor)
+
+
 def fake_tensors() -> Any:
     """A context in which ops compute only shapes and dtypes; real tensors met inside (parameters) become fake."""
     from torch._subclasses.fake_tensor import FakeTensorMode

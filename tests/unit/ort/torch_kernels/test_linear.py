@@ -1,6 +1,7 @@
 """Linear layers as torch's matmuls in ORT's graph (ort_zero/ort/torch_kernels/linear.py): a LLaMA (its projections,
 MLP and LM head) trains in ORT with PyTorch's loss and gradients, every nn.Linear one PythonOp, no MatMul of ORT's
-reading a weight; a LoRA-frozen base layer gets no weight gradient."""
+reading a weight; a LoRA-frozen base layer gets no weight gradient; the export's trace runs no matmul on a
+partitioned weight's stand-in."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import gc
 import importlib
 from collections.abc import Callable
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ort_zero import patches
 from ort_zero.foreign import ortmodule as ort_internals
+from ort_zero.ort.export.context import is_stand_in, stood_in_for_export
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.torch_kernels import LinearInTorch
 from ort_zero.python_op import function_name, function_name_of
@@ -105,3 +108,26 @@ def test_a_subclass_parameter_is_not_the_kernels(enabled: None) -> None:
     assert KERNEL in ort_run_record(in_ort)["training"]["python_ops"]
     for got, expected in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, expected.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_the_trace_runs_no_matmul_on_a_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a ZeRO-3 model is exported its partitioned weights are zeros: the layer's output is its bias, made
+    without the matmul (torch's linear is asked only for the output's dtype, over no rows)."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    linear = torch.nn.Linear(8, 6)
+    with torch.no_grad():
+        linear.bias.copy_(torch.arange(6.0))
+    weight = linear.weight
+    weight.ds_status, weight.ds_numel, weight.ds_shape = ZeroParamStatus.NOT_AVAILABLE, 48, torch.Size([6, 8])
+    rows: list[int] = []
+    real_linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, *a: rows.append(x.shape[0]) or real_linear(x, *a))
+    x = torch.randn(3, 5, 8)
+    with stood_in_for_export(linear):
+        assert is_stand_in(weight)
+        traced = LinearInTorch.apply(x, linear, weight, linear.bias)
+    assert rows == [0]
+    torch.testing.assert_close(traced, torch.arange(6.0).expand(3, 5, 6))
+    LinearInTorch.apply(x, linear, weight, linear.bias)  # not exporting: torch's matmul
+    assert rows == [0, 3]
