@@ -9,7 +9,7 @@ runs in torch. The layer-wise recompute re-runs it like the rest of a layer.
 While a ZeRO-3 model is traced for its export, its partitioned weights are stand-ins of zeros
 (`ort.export.context`): a layer's output is then its bias, or zeros, and the trace records the PythonOp, not what
 it computed; so the trace's matmuls are not run (at seq 1024 on a 162M LLaMA, the trace's forward computed
-330 GFLOP of them on zeros, most of the export's time).
+280 GFLOP of them on zeros: the export took 4.7 s, without them 3.1-3.3 s).
 """
 
 from __future__ import annotations
