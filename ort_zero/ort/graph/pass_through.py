@@ -63,8 +63,14 @@ def made_by(value: str, producer: dict[str, onnx.NodeProto]) -> str:
         value = node.input[tensor_input]
 
 
-def _is(node: onnx.NodeProto, op_type: str) -> bool:
+def is_op(node: onnx.NodeProto, op_type: str) -> bool:
+    """`node` is the standard ONNX op `op_type` (not a contrib op of the same name)."""
     return node.op_type == op_type and node.domain in ("", "ai.onnx")
+
+
+def yield_op_of(graph: onnx.GraphProto) -> onnx.NodeProto | None:
+    """The YieldOp, where the forward hands its outputs over and the backward begins (None: not a training graph)."""
+    return next((node for node in graph.node if node.op_type == "YieldOp"), None)
 
 
 @dataclass
@@ -86,7 +92,7 @@ class GradientPaths:
 
     def passed_on(self, value: str, node: onnx.NodeProto) -> list[str] | None:
         """What `node` makes of `value` unchanged, or None where it computes with it."""
-        if _is(node, "Identity"):
+        if is_op(node, "Identity"):
             return [node.output[0]]
         forward_map = self.alias_maps.get(node.input[0]) if node.op_type == "PythonOpGrad" else None
         if forward_map is None:

@@ -16,11 +16,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import onnx
-
 from ...python_op import ints_attribute
 from ..graph.edit import set_ints_attribute
-from ..graph.pass_through import GradientPaths
+from ..graph.pass_through import GradientPaths, is_op, yield_op_of
 from .base import GraphPass, TrainingGraph
 
 logger = logging.getLogger(__name__)
@@ -46,7 +44,7 @@ class ScalarOutputGrads:
 def run(training: TrainingGraph) -> ScalarOutputGrads:
     report = ScalarOutputGrads()
     graph = training.graph
-    yield_op = next((n for n in graph.node if n.op_type == "YieldOp"), None)
+    yield_op = yield_op_of(graph)
     if yield_op is None:
         return report
     graph_outputs = {output.name for output in graph.output}
@@ -74,10 +72,6 @@ def run(training: TrainingGraph) -> ScalarOutputGrads:
     return report
 
 
-def _is(node: onnx.NodeProto, op_type: str) -> bool:
-    return node.op_type == op_type and node.domain in ("", "ai.onnx")
-
-
 def _only_added(paths: GradientPaths, value: str, graph_outputs: set[str], from_caller: set[str]) -> bool:
     """Every use of `value`, passed on unchanged, is an input of a Sum that also adds a gradient ORT computed (so
     the sum keeps that gradient's shape); none is a graph output."""
@@ -88,7 +82,7 @@ def _only_added(paths: GradientPaths, value: str, graph_outputs: set[str], from_
         if made is not None:
             if not made or not all(_only_added(paths, m, graph_outputs, from_caller) for m in made):
                 return False
-        elif not (_is(node, "Sum") and any(name not in from_caller for name in node.input)):
+        elif not (is_op(node, "Sum") and any(name not in from_caller for name in node.input)):
             return False
     return True
 

@@ -24,6 +24,7 @@ from ..graph.pass_through import (
     passed_through_input,
     producers,
     python_op_key,
+    yield_op_of,
 )
 from .base import GraphPass, TrainingGraph, YieldFeed
 
@@ -53,7 +54,7 @@ PASS = GraphPass("yield_from_makers", run, provides=frozenset({"yield_feeds"}))
 
 def read_from_makers(graph: onnx.GraphProto, report: ReadFromMakers | None = None) -> dict[PythonOpKey, YieldFeed]:
     """Rewire the YieldOp of `graph` (see the module docstring); by pass-through PythonOp, what it still feeds."""
-    yield_op = next((node for node in graph.node if node.op_type == "YieldOp"), None)
+    yield_op = yield_op_of(graph)
     if yield_op is None:
         return {}
     producer = producers(graph)
