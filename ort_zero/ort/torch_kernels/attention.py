@@ -6,7 +6,8 @@ keeps its output and a log-sum-exp per row. While a ZeRO-3 model is exported, `F
 transformers' default `sdpa` attention calls) is replaced by `ScaledDotProductAttention`, which ORT runs as a
 PythonOp: its forward is torch's own call (on CPU the flash kernel, on CUDA whatever torch picks) and its backward
 that kernel's backward, on what the kernel saved. The layer-wise recompute (`ORTMODULE_MEMORY_OPT_LEVEL` 1/2) runs it
-again in the backward (`RECOMPUTABLE`), as it re-runs the rest of a layer. `eager` attention never calls it.
+again in the backward (`RECOMPUTABLE`), as it re-runs the rest of a layer. A mask that is exactly causal runs as
+`is_causal`, as natively (`is_causal_mask`). `eager` attention never calls it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class ScaledDotProductAttention(torch.autograd.Function):
         wanted_grads(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         if attn_mask is not None and attn_mask.dtype == torch.uint8:
             attn_mask = attn_mask.bool()  # ORT hands a bool tensor over DLPack as uint8, which sdpa refuses
+        if attn_mask is not None and not is_causal and is_causal_mask(attn_mask, query.shape[-2], key.shape[-2]):
+            attn_mask, is_causal = None, True
         tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
         attend = functools.partial(
             _torch_attention, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
@@ -59,6 +62,24 @@ class ScaledDotProductAttention(torch.autograd.Function):
         if query is None or value is None:
             return [None], [dtypes[0]]
         return [list(query[:-1]) + [value[-1]]], [dtypes[0]]
+
+
+def is_causal_mask(mask: torch.Tensor, queries: int, keys: int) -> bool:
+    """Whether a bool mask lets each query see exactly the keys up to its own position, as sdpa's `is_causal` does.
+
+    While ORTModule traces a model transformers cannot look at the padding, so it builds this mask where natively it
+    passes `is_causal=True` and no mask; torch's kernel computes every block of a mask but skips the upper half under
+    `is_causal`: half the attention's time (1.9 s of a 21 s step at seq 2048, 162M) and no copy of the mask kept."""
+    if mask.dtype != torch.bool or mask.shape[-2:] != (queries, keys):
+        return False
+    return torch.equal(mask, _causal(queries, keys, mask.device).expand(mask.shape))
+
+
+@functools.lru_cache(maxsize=1)
+def _causal(queries: int, keys: int, device: torch.device) -> torch.Tensor:
+    """sdpa's causal mask for one shape (every layer of a step asks for the same: building it costs more than the
+    comparison)."""
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril()
 
 
 def _torch_attention(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ort_zero.ort.torch_kernels import ScaledDotProductAttention
@@ -49,6 +50,57 @@ def test_function_gives_torch_values_and_gradients(mask_kind: str, gqa: bool) ->
     torch.testing.assert_close(got, expected)
     for grad, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(grad, want)
+
+
+class FlashCalls(TorchDispatchMode):
+    """(is_causal, whether a mask was passed) of every call of torch's CPU flash-attention kernel and its backward."""
+
+    KERNELS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, bool, bool]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        if (kernel := func.__name__.split(".")[0]) in self.KERNELS:
+            given = {**{a.name: v for a, v in zip(func._schema.arguments, args, strict=False)}, **kwargs}
+            self.seen.append((kernel, bool(given.get("is_causal", False)), given.get("attn_mask") is not None))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("mask_kind", "as_causal"), [("bool", True), ("sliding", False), ("float", False)])
+def test_a_causal_mask_runs_as_torch_causal_kernel(mask_kind: str, as_causal: bool) -> None:
+    """transformers passes a causal bool mask while ORTModule traces (natively `is_causal=True`, no mask): torch's
+    kernel then computes the masked half too; it must run as natively, forward and backward."""
+    q, k, v = (torch.randn(2, 2, 16, 8, requires_grad=True) for _ in range(3))
+    with FlashCalls() as calls:
+        ScaledDotProductAttention.apply(q, k, v, _mask(mask_kind, 16), 0.0, False, None, False).sum().backward()
+    assert calls.seen == [(kernel, as_causal, not as_causal) for kernel in FlashCalls.KERNELS]
+
+
+def _kept_shapes(output: torch.Tensor) -> list[tuple[int, ...]]:
+    """The shapes of what the Function keeps for its backward: its kept graph's inputs and the tensors that graph's
+    nodes saved."""
+    inputs, kept_output = output.grad_fn.graph
+    shapes, nodes, seen = [tuple(t.shape) for t in inputs], [kept_output.grad_fn], set()
+    while nodes:
+        if (node := nodes.pop()) is None or node in seen:
+            continue
+        seen.add(node)
+        saved = (getattr(node, name) for name in dir(node) if name.startswith("_saved_"))
+        shapes += [tuple(t.shape) for t in saved if isinstance(t, torch.Tensor)]
+        nodes += [next_node for next_node, _ in node.next_functions]
+    return shapes
+
+
+@pytest.mark.parametrize(("mask_kind", "keeps_a_mask"), [("bool", False), ("sliding", True)])
+def test_a_causal_mask_is_not_kept_for_the_backward(mask_kind: str, keeps_a_mask: bool) -> None:
+    """Given a bool mask torch's kernel keeps a float copy of it per layer (16 MiB at seq 2048), the Function its own
+    copy: a causal one runs as `is_causal`, and nothing seq x seq is kept."""
+    q, k, v = (torch.randn(2, 2, 32, 8, requires_grad=True) for _ in range(3))
+    output = ScaledDotProductAttention.apply(q, k, v, _mask(mask_kind, 32), 0.0, False, None, False)
+    assert any(shape[-2:] == (32, 32) for shape in _kept_shapes(output)) == keeps_a_mask
 
 
 def test_a_call_torch_refuses_names_the_way_out() -> None:
