@@ -53,8 +53,7 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.key, ctx.input_count = key, input_count
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
-        if not is_exporting():
-            module_state.gather_for_forward(ctx.counted)
+        ctx.call = None if is_exporting() else module_state.gather_for_forward(ctx.counted)
         outputs = passthrough.passed_through(ctx, PreForwardBridge, (key, input_count), tensors[:input_count])
         if ctx.placeholders:
             params = module_state.bridged_params()
@@ -72,8 +71,8 @@ class PreForwardBridge(torch.autograd.Function):
         param_grads = grads[ctx.input_count :]
         if param_grads:
             module_state.gradients_arrived(param_grads)
-        if ctx.counted:
-            module_state.backward_done()
+        if ctx.counted and ctx.call is not None:
+            module_state.backward_done(ctx.call)
         placeholder_grads = [
             torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.placeholders
         ]
@@ -104,15 +103,14 @@ class PostForwardBridge(torch.autograd.Function):
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         module_state = zero3_state.lookup(key)
         ctx.key = key
-        ctx.counted = any(ctx.needs_input_grad[1:])
-        if not is_exporting():
-            module_state.release_after_forward(ctx.counted)
+        call = None if is_exporting() else module_state.release_after_forward()
+        ctx.call = call if any(ctx.needs_input_grad[1:]) else None  # the call whose backward gathers again
         return passthrough.passed_through(ctx, PostForwardBridge, (key,), tensors)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        if ctx.counted:
-            zero3_state.lookup(ctx.key).gather_for_backward()
+        if ctx.call is not None:
+            zero3_state.lookup(ctx.key).gather_for_backward(ctx.call)
         return (None, *passthrough.input_grads(ctx, grads))
 
     infer_shape = staticmethod(python_op.same_shapes)

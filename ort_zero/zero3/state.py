@@ -3,13 +3,12 @@ again for its backward or for a recompute, and when its gradients go to DeepSpee
 
 `ModuleState`'s methods are the only code that calls DeepSpeed's per-module gathers and releases; the autograd
 Functions that run at step time (`bridges.py`: traced into every graph; `ort_bridges.py`: inserted into ORT's
-training graph) are pass-throughs to them, as FSDP2's Functions are to its `FSDPParamGroup`. A module's count of
-backwards to come is DeepSpeed's, not a strict state machine: DeepSpeed counts it afresh at every forward, so a
-module used twice, or a forward whose backward never runs (a checkpoint's recompute), is handled as natively;
-`phase` records where the last call left the module. It is recorded, not asserted: traced over the unit tests and
-the distributed parity, checkpointing, recompute, lifecycle, baseline, plain-loop, TRL and memory-efficient-gradient
-tests, 17 of the 28 (call, phase) pairs occur (a forward begun in every phase, a backward ending in any, counts down
-to -2 as DeepSpeed's own go), so no transition table holds that native ZeRO-3 does not break.
+training graph) are pass-throughs to them, as FSDP2's Functions are to its `FSDPParamGroup`.
+
+Each forward of a module is a `ModuleCall` whose `Phase` moves strictly forward (`ModuleCall.advance` refuses any
+other move): a module's calls overlap (a module used twice, a checkpoint's recompute during the backward), so the
+phase belongs to the call, not to the module. The module's count of backwards to come is DeepSpeed's: counted
+afresh at every forward, so a forward whose backward never runs (a recompute stopped early) is handled as natively.
 
 Bridges are defined once, at module level, and ONNX Runtime stores their non-tensor arguments in the PythonOp, so
 the module travels as an integer key into `STATES`; the same key lets ORT's shape-inference callbacks find a
@@ -39,12 +38,52 @@ from . import grad_handoff, heap
 
 
 class Phase(enum.Enum):
-    """Where a module is in the step, as its last lifecycle call left it."""
+    """Where one call of a module is in the step."""
 
-    IDLE = "idle"  # partitioned, no backward pending: before its first forward, or after its backward
-    FORWARD = "forward"  # gathered for its forward
-    AFTER_FORWARD = "after forward"  # released after its forward
-    BACKWARD = "backward"  # gathered for its backward
+    FORWARD = "gathered for its forward"
+    AFTER_FORWARD = "released after its forward"
+    BACKWARD = "gathered again for its backward"
+    DONE = "past its backward"
+    ABANDONED = "abandoned in its forward"  # a checkpoint's recompute stopped early: nothing runs its release
+
+
+_MOVES: dict[str, dict[Phase, Phase]] = {
+    "release_after_forward": {Phase.FORWARD: Phase.AFTER_FORWARD},
+    "gather_for_backward": {Phase.AFTER_FORWARD: Phase.BACKWARD},
+    # From AFTER_FORWARD when no gradient came through its outputs (they needed none, or went unused) yet one left
+    # through its inputs or parameters: nothing was gathered again for it.
+    "backward_done": {Phase.BACKWARD: Phase.DONE, Phase.AFTER_FORWARD: Phase.DONE},
+    "abandon": {Phase.FORWARD: Phase.ABANDONED},
+}
+
+
+@dataclass(eq=False)
+class StepClock:
+    """Counts the outermost forwards of one hooked model: a call still in its forward when a later step begins was
+    abandoned."""
+
+    step: int = 0
+
+
+@dataclass(eq=False)
+class ModuleCall:
+    """One forward of a module, from its gather to the end of its backward."""
+
+    module: torch.nn.Module
+    step: int
+    phase: Phase = Phase.FORWARD
+
+    def advance(self, move: str) -> None:
+        """Take `move`, which must be one of `_MOVES`'s from the current phase: anything else is an ort_zero bug."""
+        after = _MOVES[move].get(self.phase)
+        if after is None:
+            expected = " or ".join(phase.value for phase in _MOVES[move])
+            raise RuntimeError(
+                f"ort_zero: {move} for a call of {type(self.module).__name__} (ds_id "
+                f"{getattr(self.module, 'ds_id', '?')}) that is {self.phase.value}; it must be {expected}. This is an "
+                "ort_zero bug: please report it with the model and the command line"
+            )
+        self.phase = after
 
 
 @dataclass(eq=False)
@@ -54,11 +93,11 @@ class ModuleState:
     module: torch.nn.Module
     offload: Any  # deepspeed.runtime.zero.parameter_offload.DeepSpeedZeRoOffload
     key: int = 0  # its key in `STATES`, set by `register`
-    phase: Phase = Phase.IDLE
+    clock: StepClock = field(default_factory=StepClock)  # shared by the states of one hooked model
+    # Its calls still in their forward, the innermost last (a module may run inside its own forward).
+    open_calls: list[ModuleCall] = field(default_factory=list)
     # Input-gradient contributions still to come before the module's parameters can be released after backward.
     grads_remaining: int = 0
-    # Post-forward bridges applied to outputs whose backward has not yet run (one gather each).
-    pending_pre_backward: int = 0
     # ZeRO-3 parameters the module's forward returned (or tensors standing for them, `ds_param_alias`): DeepSpeed
     # hands them to the enclosing module as external parameters. Set by the subscriber per call; under ORT the
     # value seen at export stands for every run of the graph.
@@ -80,37 +119,46 @@ class ModuleState:
 
     def start_step(self) -> None:
         """The outermost module's forward begins: DeepSpeed's coordinator starts a step (its trace, its prefetch)."""
+        self.clock.step += 1
         self.offload.get_param_coordinator().reset_step()
 
-    def gather_for_forward(self, counted: bool) -> None:
-        """Before its forward. The backwards to come are counted afresh at every forward, as DeepSpeed does: a
-        checkpoint's recompute forward (whose graph no backward runs) or a forward whose backward was cut short must
-        not leave a count nothing takes away. `counted`: a gradient will flow back through this call."""
+    def gather_for_forward(self, counted: bool) -> ModuleCall:
+        """Before its forward; returns the call the rest of its lifecycle names. The backwards to come are counted
+        afresh at every forward, as DeepSpeed does: a checkpoint's recompute forward (whose graph no backward runs)
+        or a forward whose backward was cut short must not leave a count nothing takes away. `counted`: a gradient
+        will flow back through this call."""
+        for call in [call for call in self.open_calls if call.step < self.clock.step]:
+            call.advance("abandon")
+            self.open_calls.remove(call)
         self.grads_remaining = 1 if counted else 0
         self.offload.pre_sub_module_forward_function(self.module)
-        self.phase = Phase.FORWARD
+        self.open_calls.append(ModuleCall(self.module, self.clock.step))
+        return self.open_calls[-1]
 
-    def release_after_forward(self, counted: bool) -> None:
+    def release_after_forward(self) -> ModuleCall:
         """After its forward, DeepSpeed's post-forward: leave the forward stack, hand the parameters it returned to
-        the enclosing module, release the rest. `counted`: its backward will gather them again."""
+        the enclosing module, release the rest. Returns the call that ended its forward."""
+        if not self.open_calls:
+            raise RuntimeError(
+                f"ort_zero: {type(self.module).__name__} ended a forward it never began. This is an ort_zero bug: "
+                "please report it with the model and the command line"
+            )
+        call = self.open_calls.pop()
+        call.advance("release_after_forward")
         ds_internals.forward_module_stack().pop()
         for param in self.returned_params:
             hand_to_enclosing_module(self.module, param)
         self.offload.post_sub_module_forward_function(self.module)
-        if counted:
-            self.pending_pre_backward += 1
-        self.phase = Phase.AFTER_FORWARD
         if self.trims_heap:
             heap.give_back_if_grown()
+        return call
 
-    def gather_for_backward(self) -> None:
-        """Before its backward: gathered again, once per counted release."""
-        if self.pending_pre_backward > 0:
-            self.pending_pre_backward -= 1
-            if self.trims_heap:
-                heap.give_back_if_grown()
-            self.offload.pre_sub_module_backward_function(self.module)
-            self.phase = Phase.BACKWARD
+    def gather_for_backward(self, call: ModuleCall) -> None:
+        """Before the backward of `call`: its parameters gathered again."""
+        call.advance("gather_for_backward")
+        if self.trims_heap:
+            heap.give_back_if_grown()
+        self.offload.pre_sub_module_backward_function(self.module)
 
     def params_for_backward(self, ds_ids: Sequence[int]) -> tuple[torch.Tensor, ...]:
         """Under ORT, the parameters its backward reads, as gathered again for it (`gather_for_backward`)."""
@@ -123,7 +171,6 @@ class ModuleState:
             # and count this backward, so that its end releases them.
             self.offload.pre_sub_module_backward_function(self.module)
             self.grads_remaining += 1
-            self.phase = Phase.BACKWARD
             missing = [ds_id for ds_id, p in zip(ds_ids, params, strict=True) if not _available(p)]
         if missing:
             raise RuntimeError(
@@ -158,20 +205,22 @@ class ModuleState:
             for hook in torch_internals.full_backward_hooks(self.module):
                 hook(self.module, (), ())
 
-    def backward_done(self) -> None:
-        """One backward through its inputs ended; after the last, DeepSpeed's post-backward releases."""
+    def backward_done(self, call: ModuleCall) -> None:
+        """The backward of `call` through its inputs ended; after the last, DeepSpeed's post-backward releases."""
+        call.advance("backward_done")
         self.grads_remaining -= 1
         if self.grads_remaining == 0:
             self.offload.post_sub_module_backward_function(self.module)
-            self.phase = Phase.IDLE
 
 
 STATES: KeyedRegistry[ModuleState] = KeyedRegistry("ZeRO-3 module state")
 """Every hooked module's state, held by its subscriber (`ZeROOffloadSubscriber.states`) until it closes."""
 
 
-def register(module: torch.nn.Module, offload: Any, trims_heap: bool = False) -> ModuleState:
-    state = ModuleState(module, offload, trims_heap=trims_heap)
+def register(
+    module: torch.nn.Module, offload: Any, trims_heap: bool = False, clock: StepClock | None = None
+) -> ModuleState:
+    state = ModuleState(module, offload, clock=clock or StepClock(), trims_heap=trims_heap)
     state.key = STATES.add(state)
     return state
 

@@ -29,8 +29,9 @@ class ZeROOffloadSubscriber(SubscriberBase):
         self.offload = offload
         self.states: dict[torch.nn.Module, zero3_state.ModuleState] = {}
         layers = {layer for layer in stacked_layers(root) if _on_cpu(layer)}
+        clock = zero3_state.StepClock()
         for module in hooked_modules(root):
-            self.states[module] = zero3_state.register(module, offload, trims_heap=module in layers)
+            self.states[module] = zero3_state.register(module, offload, module in layers, clock)
         self.root_state = self.states[root]
 
     def close(self) -> None:
@@ -94,7 +95,7 @@ class ZeROOffloadSubscriber(SubscriberBase):
             if is_exporting():
                 _warn_not_in_graph(module, "release")
             else:
-                module_state.release_after_forward(counted=False)
+                module_state.release_after_forward()
             return outputs
         released = carried.merged(PostForwardBridge.apply(module_state.key, *carried.tensors))
         return flat.rebuild(_keep_param_aliases(flat.tensors, released))

@@ -84,11 +84,6 @@ class Subscribed:
         self.subscriber = ZeROOffloadSubscriber(self.offload, root)
         self.manager.subscribe(root, [self.subscriber])
 
-    def counters(self) -> dict[str, tuple[int, int]]:
-        """(grads_remaining, pending_pre_backward) per hooked module name."""
-        names = self.offload.names
-        return {names[m]: (s.grads_remaining, s.pending_pre_backward) for m, s in self.subscriber.states.items()}
-
     def close(self) -> None:
         self.manager.unsubscribe()
         self.subscriber.close()

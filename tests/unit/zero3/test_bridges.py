@@ -57,7 +57,8 @@ def test_unused_outputs_get_zero_gradients(subscribe: Callable, bridge: str) -> 
     """ORT's gradient Sum nodes need a tensor for every input that requires grad, even when its output was unused."""
     module_state, _ = registered(subscribe, nn.Linear(2, 2))
     used, unused = torch.randn(3, requires_grad=True), torch.randn(2, 5, requires_grad=True)
-    out_used, _ = apply(bridge, module_state, used, unused)
+    with exporting():  # one bridge alone is no module's lifecycle: keep DeepSpeed's calls out of it
+        out_used, _ = apply(bridge, module_state, used, unused)
     (out_used * 2).sum().backward()
     torch.testing.assert_close(used.grad, torch.full((3,), 2.0))
     assert unused.grad is not None, "no gradient materialized for the unused output"
@@ -70,24 +71,64 @@ def test_step_start_resets_the_coordinator(subscribe: Callable) -> None:
     assert offload.take() == [("reset_step", "")]
 
 
+def forward_call(module_state: zero3_state.ModuleState, x: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """One forward of the module through both bridges, as the subscriber makes it: its output and its call."""
+    (inner,) = apply("pre_forward", module_state, x)
+    call = module_state.open_calls[-1]
+    (output,) = apply("post_forward", module_state, inner * 2)
+    return output, call
+
+
 def test_pre_forward_counts_afresh_at_every_forward(subscribe: Callable) -> None:
     """DeepSpeed resets a module's gradient count at each of its forwards, so a forward whose backward never runs (a
     checkpoint's recompute, a backward cut short) leaves no count behind. A module used twice is therefore released
-    after the backward of its later use, and the earlier use's backward leaves the count at -1, as natively."""
+    after the backward of its later use, and the earlier use's backward leaves the count at -1, as natively; each
+    call's phase moves on its own."""
     module_state, offload = registered(subscribe, nn.Linear(2, 2))
     x = torch.randn(2, requires_grad=True)
-    (first,) = apply("pre_forward", module_state, x)
-    (second,) = apply("pre_forward", module_state, x)
-    assert offload.take() == [("fwd_gather", "root"), ("fwd_gather", "root")]
-    assert parameter_offload.FWD_MODULE_STACK[-2:] == [module_state.module] * 2
+    first, first_call = forward_call(module_state, x)
+    second, second_call = forward_call(module_state, x)
+    assert offload.take() == [("fwd_gather", "root"), ("fwd_release", "root")] * 2
     assert module_state.grads_remaining == 1
+    assert first_call.phase == second_call.phase == zero3_state.Phase.AFTER_FORWARD
     second.sum().backward()
-    assert offload.take() == [("bwd_release", "root")] and module_state.grads_remaining == 0
+    assert offload.take() == [("bwd_gather", "root"), ("bwd_release", "root")] and module_state.grads_remaining == 0
+    assert (first_call.phase, second_call.phase) == (zero3_state.Phase.AFTER_FORWARD, zero3_state.Phase.DONE)
     first.sum().backward()
-    assert offload.take() == [] and module_state.grads_remaining == -1
-    torch.testing.assert_close(x.grad, torch.full((2,), 2.0))
-    apply("pre_forward", module_state, x)
+    assert offload.take() == [("bwd_gather", "root")] and module_state.grads_remaining == -1
+    assert first_call.phase == zero3_state.Phase.DONE
+    torch.testing.assert_close(x.grad, torch.full((2,), 4.0))
+    forward_call(module_state, x)
     assert module_state.grads_remaining == 1, "the next forward did not start the count afresh"
+
+
+def test_a_forward_left_unfinished_is_abandoned_at_the_next_step(subscribe: Callable) -> None:
+    """A checkpoint's recompute that stops early never runs its modules' releases: the next step's forward of the
+    module marks that call abandoned and forgets it, while a call begun inside its own forward stays open."""
+    module_state, _ = registered(subscribe, nn.Linear(2, 2))
+    x = torch.randn(2, requires_grad=True)
+    apply("pre_forward", module_state, x)
+    unfinished = module_state.open_calls[-1]
+    apply("pre_forward", module_state, x)
+    assert module_state.open_calls == [unfinished, module_state.open_calls[-1]], "a nested call was dropped"
+    apply("step_start", module_state, x)
+    apply("pre_forward", module_state, x)
+    assert unfinished.phase == zero3_state.Phase.ABANDONED and len(module_state.open_calls) == 1
+
+
+def test_a_move_out_of_order_is_an_error_naming_the_module(subscribe: Callable) -> None:
+    """A backward through a call whose forward never ended, a second backward through one call: no silent count."""
+    module_state, _ = registered(subscribe, nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="Linear ended a forward it never began"):
+        module_state.release_after_forward()
+    x = torch.randn(2, requires_grad=True)
+    (unfinished,) = apply("pre_forward", module_state, x)
+    with pytest.raises(RuntimeError, match="backward_done for a call of Linear .* gathered for its forward"):
+        unfinished.sum().backward()
+    output, _ = forward_call(module_state, x)
+    output.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="gather_for_backward for a call of Linear .* past its backward.*bug"):
+        output.sum().backward()
 
 
 def test_pre_forward_without_gradient_inputs_is_not_counted(subscribe: Callable) -> None:
@@ -100,15 +141,17 @@ def test_pre_forward_without_gradient_inputs_is_not_counted(subscribe: Callable)
 def test_post_forward_releases_then_gathers_once_per_application(subscribe: Callable) -> None:
     """The module leaves DeepSpeed's forward stack before its release; one backward gather covers all outputs."""
     module_state, offload = registered(subscribe, nn.Linear(2, 2))
-    x = torch.randn(2, requires_grad=True)
+    (x,) = apply("pre_forward", module_state, torch.randn(2, requires_grad=True))
+    call = module_state.open_calls[-1]
+    parameter_offload.FWD_MODULE_STACK.pop()  # `apply` pushes the module for the release, as the fake gather did
     a, b = apply("post_forward", module_state, x * 1, x * 2)
     assert parameter_offload.FWD_MODULE_STACK == ["<root marker>"]
     assert offload.stack_at_release == [["<root marker>"]]
-    assert offload.take() == [("fwd_release", "root")]
-    assert module_state.pending_pre_backward == 1
+    assert offload.take() == [("fwd_gather", "root"), ("fwd_release", "root")]
+    assert call.phase == zero3_state.Phase.AFTER_FORWARD and module_state.open_calls == []
     (a + b).sum().backward()
-    assert offload.take() == [("bwd_gather", "root")]
-    assert module_state.pending_pre_backward == 0
+    assert offload.take() == [("bwd_gather", "root"), ("bwd_release", "root")]
+    assert call.phase == zero3_state.Phase.DONE
 
 
 def test_no_deepspeed_call_while_exporting(subscribe: Callable) -> None:
@@ -119,7 +162,7 @@ def test_no_deepspeed_call_while_exporting(subscribe: Callable) -> None:
         for bridge in BRIDGES:
             (x,) = apply(bridge, module_state, x)
         parameter_offload.FWD_MODULE_STACK.pop()  # what `apply` pushed for the post-forward bridge
-    assert (module_state.grads_remaining, module_state.pending_pre_backward) == (0, 0)
+    assert module_state.grads_remaining == 0 and module_state.open_calls == []
     assert parameter_offload.FWD_MODULE_STACK == ["<root marker>"]
     x.sum().backward()
     assert offload.take() == []
@@ -138,7 +181,8 @@ def test_placeholders_become_full_parameters_whose_gradients_reach_them(
     y, weight, bias = PreForwardBridge.apply(module_state.key, 1, x, *placeholders)
     assert torch.equal(weight, linear.weight) and weight is not linear.weight
     assert weight.requires_grad
-    nn.functional.linear(y, weight, bias).square().sum().backward()
+    (output,) = apply("post_forward", module_state, nn.functional.linear(y, weight, bias))
+    output.square().sum().backward()
 
     reference = x.detach().clone().requires_grad_()
     expected_weight = linear.weight.detach().clone().requires_grad_()
@@ -173,7 +217,8 @@ def test_z3_leaf_reduce_hooks_run_from_the_bridge_backward(
     placeholders = [torch.zeros(1) for _ in module_state.bridged_params()]
     assert len(placeholders) == (2 if leaf else 0), "a leaf module gathers the parameters below it"
     y, *params = PreForwardBridge.apply(module_state.key, 1, x, *placeholders)
-    (y.sum() + sum(p.sum() for p in params)).backward()
+    (output,) = apply("post_forward", module_state, y.sum() + sum(p.sum() for p in params))
+    output.backward()
     assert calls == ([block] if leaf else [])
 
 
