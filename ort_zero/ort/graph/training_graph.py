@@ -9,6 +9,8 @@ from collections import defaultdict
 
 import onnx
 
+from .pass_through import yield_op_of
+
 # Ops whose output is the parameter seen differently (ORT may even alias the buffer): re-done in the backward.
 VIEW_OPS = frozenset({"Transpose", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"})
 # Only computed from a parameter, never keeping it: re-done too when the backward reads them.
@@ -29,9 +31,10 @@ class TrainingGraphView:
                 self.consumers[value].append(i)
         self.order = topological_order(self.nodes)
         self.position = {node: position for position, node in enumerate(self.order)}
-        yield_op = next((i for i, node in enumerate(self.nodes) if node.op_type == "YieldOp"), None)
-        if yield_op is None:
+        yield_node = yield_op_of(graph)
+        if yield_node is None:
             raise ValueError("not a training graph: no YieldOp")
+        yield_op = next(i for i, node in enumerate(self.nodes) if node is yield_node)
         self.forward = self.closure([yield_op], upward=True)
         self.not_forward = [i for i in self.order if i not in self.forward]
         backward = self.closure([yield_op], upward=False) - {yield_op}
