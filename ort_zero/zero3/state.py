@@ -47,7 +47,7 @@ class Phase(enum.Enum):
     ABANDONED = "abandoned in its forward"  # a checkpoint's recompute stopped early: nothing runs its release
 
 
-_MOVES: dict[str, dict[Phase, Phase]] = {
+MOVES: dict[str, dict[Phase, Phase]] = {
     "release_after_forward": {Phase.FORWARD: Phase.AFTER_FORWARD},
     "gather_for_backward": {Phase.AFTER_FORWARD: Phase.BACKWARD},
     # From AFTER_FORWARD when no gradient came through its outputs (they needed none, or went unused) yet one left
@@ -74,10 +74,10 @@ class ModuleCall:
     phase: Phase = Phase.FORWARD
 
     def advance(self, move: str) -> None:
-        """Take `move`, which must be one of `_MOVES`'s from the current phase: anything else is an ort_zero bug."""
-        after = _MOVES[move].get(self.phase)
+        """Take `move`, which must be one of `MOVES`'s from the current phase: anything else is an ort_zero bug."""
+        after = MOVES[move].get(self.phase)
         if after is None:
-            expected = " or ".join(phase.value for phase in _MOVES[move])
+            expected = " or ".join(phase.value for phase in MOVES[move])
             raise RuntimeError(
                 f"ort_zero: {move} for a call of {type(self.module).__name__} (ds_id "
                 f"{getattr(self.module, 'ds_id', '?')}) that is {self.phase.value}; it must be {expected}. This is an "
