@@ -53,7 +53,7 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.key, ctx.input_count = key, input_count
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
-        ctx.call = None if is_exporting() else module_state.gather_for_forward(ctx.counted)
+        ctx.call = None if is_exporting() else module_state.gather_for_forward()
         outputs = passthrough.passed_through(ctx, PreForwardBridge, (key, input_count), tensors[:input_count])
         if ctx.placeholders:
             params = module_state.bridged_params()

@@ -7,8 +7,9 @@ training graph) are pass-throughs to them, as FSDP2's Functions are to its `FSDP
 
 Each forward of a module is a `ModuleCall` whose `Phase` moves strictly forward (`ModuleCall.advance` refuses any
 other move): a module's calls overlap (a module used twice, a checkpoint's recompute during the backward), so the
-phase belongs to the call, not to the module. The module's count of backwards to come is DeepSpeed's: counted
-afresh at every forward, so a forward whose backward never runs (a recompute stopped early) is handled as natively.
+phase belongs to the call, not to the module. A module's parameters are released after a backward once none of its
+calls is still in its backward: ORT may gather a module used twice for both backwards before either ends (ProphetNet's
+and Zaya's output Linear), where DeepSpeed's count, reset at every forward, would release them under the other.
 
 Bridges are defined once, at module level, and ONNX Runtime stores their non-tensor arguments in the PythonOp, so
 the module travels as an integer key into `STATES`; the same key lets ORT's shape-inference callbacks find a
@@ -96,8 +97,8 @@ class ModuleState:
     clock: StepClock = field(default_factory=StepClock)  # shared by the states of one hooked model
     # Its calls still in their forward, the innermost last (a module may run inside its own forward).
     open_calls: list[ModuleCall] = field(default_factory=list)
-    # Input-gradient contributions still to come before the module's parameters can be released after backward.
-    grads_remaining: int = 0
+    # Its calls gathered again for their backward whose backward has not ended (this step's).
+    backward_calls: list[ModuleCall] = field(default_factory=list)
     # ZeRO-3 parameters the module's forward returned (or tensors standing for them, `ds_param_alias`): DeepSpeed
     # hands them to the enclosing module as external parameters. Set by the subscriber per call; under ORT the
     # value seen at export stands for every run of the graph.
@@ -122,15 +123,12 @@ class ModuleState:
         self.clock.step += 1
         self.offload.get_param_coordinator().reset_step()
 
-    def gather_for_forward(self, counted: bool) -> ModuleCall:
-        """Before its forward; returns the call the rest of its lifecycle names. The backwards to come are counted
-        afresh at every forward, as DeepSpeed does: a checkpoint's recompute forward (whose graph no backward runs)
-        or a forward whose backward was cut short must not leave a count nothing takes away. `counted`: a gradient
-        will flow back through this call."""
+    def gather_for_forward(self) -> ModuleCall:
+        """Before its forward; returns the call the rest of its lifecycle names. A call of an earlier step still in
+        its forward never ends it (a checkpoint's recompute stopped early): it is abandoned."""
         for call in [call for call in self.open_calls if call.step < self.clock.step]:
             call.advance("abandon")
             self.open_calls.remove(call)
-        self.grads_remaining = 1 if counted else 0
         self.offload.pre_sub_module_forward_function(self.module)
         self.open_calls.append(ModuleCall(self.module, self.clock.step))
         return self.open_calls[-1]
@@ -154,8 +152,11 @@ class ModuleState:
         return call
 
     def gather_for_backward(self, call: ModuleCall) -> None:
-        """Before the backward of `call`: its parameters gathered again."""
+        """Before the backward of `call`: its parameters gathered again. A call whose inputs needed no gradient
+        never ends its backward here (`backward_done`): it is forgotten at the next step."""
         call.advance("gather_for_backward")
+        self.backward_calls = [other for other in self.backward_calls if other.step == self.clock.step]
+        self.backward_calls.append(call)
         if self.trims_heap:
             heap.give_back_if_grown()
         self.offload.pre_sub_module_backward_function(self.module)
@@ -165,13 +166,6 @@ class ModuleState:
         by_id = {p.ds_id: p for p in fetched_params(self.module)}
         params = [by_id.get(ds_id) for ds_id in ds_ids]
         missing = [ds_id for ds_id, p in zip(ds_ids, params, strict=True) if p is None or not _available(p)]
-        if missing and all(p is not None for p in params) and self.grads_remaining == 0:
-            # A module called twice in one forward: the backward of one call released its parameters (DeepSpeed
-            # counts a module's pending backwards afresh at each call) before ORT ran this one's; gather them again,
-            # and count this backward, so that its end releases them.
-            self.offload.pre_sub_module_backward_function(self.module)
-            self.grads_remaining += 1
-            missing = [ds_id for ds_id, p in zip(ds_ids, params, strict=True) if not _available(p)]
         if missing:
             raise RuntimeError(
                 f"ort_zero: the backward of {type(self.module).__name__} (ds_id {self.module.ds_id}) needs "
@@ -206,10 +200,12 @@ class ModuleState:
                 hook(self.module, (), ())
 
     def backward_done(self, call: ModuleCall) -> None:
-        """The backward of `call` through its inputs ended; after the last, DeepSpeed's post-backward releases."""
+        """The backward of `call` through its inputs ended; once no other call is in its backward, DeepSpeed's
+        post-backward releases the parameters."""
         call.advance("backward_done")
-        self.grads_remaining -= 1
-        if self.grads_remaining == 0:
+        self.backward_calls = [other for other in self.backward_calls if other is not call]
+        if not any(other.step == self.clock.step for other in self.backward_calls):
+            self.backward_calls.clear()
             self.offload.post_sub_module_backward_function(self.module)
 
 

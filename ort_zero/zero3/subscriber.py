@@ -69,7 +69,7 @@ class ZeROOffloadSubscriber(SubscriberBase):
             if is_exporting():
                 _warn_not_in_graph(module, "gather")
             else:
-                module_state.gather_for_forward(counted=False)
+                module_state.gather_for_forward()
             return args, kwargs
         outputs = PreForwardBridge.apply(module_state.key, len(carried.tensors), *carried.tensors, *params)
         return flat.rebuild(_keep_param_aliases(flat.tensors, carried.merged(outputs[: len(carried.tensors)])))

@@ -61,7 +61,7 @@ def test_returned_parameter_becomes_an_external_parameter_of_the_enclosing_modul
 
 def test_checkpointed_modules_release_after_their_backward(native, patched) -> None:
     """Three clean steps; state once the checkpointed region's backward ran (before DeepSpeed's end-of-backward
-    cleanup) and after each step: nothing gathered, no recompute parameters, gradient counts back to zero."""
+    cleanup) and after each step: nothing gathered, no recompute parameters."""
     for rank, (expected, got) in pairs(native, patched, "checkpoint_steps"):
         assert len(expected["after_region"]) == 3
         assert all(not s["gathered"] and not s["recompute"] for s in expected["after_region"])

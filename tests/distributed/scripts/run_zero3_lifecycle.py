@@ -114,17 +114,12 @@ class RaiseOnceInBackward(torch.autograd.Function):
         return grad, None
 
 
-def zero3_state(engine: deepspeed.DeepSpeedEngine, model: nn.Module) -> dict[str, Any]:
-    """What DeepSpeed's lifecycle checks look at, by module and parameter name in `model` (wrapped or not)."""
-    subscriber = getattr(engine.optimizer.parameter_offload, "ort_zero_subscriber", None)
+def zero3_state(model: nn.Module) -> dict[str, Any]:
+    """What DeepSpeed's lifecycle checks look at, by module and parameter name in `model` (wrapped or not). Not
+    DeepSpeed's per-module gradient counts: ort_zero keeps each call's phase instead (`zero3.state.ModuleCall`)."""
     modules = dict(model.named_modules())
-    counts = {
-        name or "<root>": subscriber.states[m].grads_remaining if subscriber else getattr(m, "ds_grads_remaining", 0)
-        for name, m in modules.items()
-    }
     names = {id(p): n for n, p in model.named_parameters()}
     return {
-        "grads_remaining": counts,
         "recompute": {name or "<root>": sorted(names[id(p)] for p in m.ds_recompute_parameters)
                       for name, m in modules.items() if m.ds_recompute_parameters},
         "external": {name or "<root>": sorted(names[k] for k in m._external_params)
@@ -146,7 +141,7 @@ def returned_param(engine: deepspeed.DeepSpeedEngine, model: ReturnedParamModel,
         engine.backward(loss)
         engine.step()
         losses.append(loss.item())
-        states.append(zero3_state(engine, model))
+        states.append(zero3_state(model))
     named = list(model.named_parameters())
     with deepspeed.zero.GatheredParameters([p for _, p in named]):
         params = {name: p.detach().double().flatten().tolist() for name, p in named}
@@ -158,10 +153,10 @@ def checkpoint_steps(engine: deepspeed.DeepSpeedEngine, model: CheckpointedModel
     after_region = []
     for step in range(3):
         x = sample(step, rank)
-        probe = StateProbe.apply(x, lambda: after_region.append(zero3_state(engine, model)))
+        probe = StateProbe.apply(x, lambda: after_region.append(zero3_state(model)))
         engine.backward(engine(probe))
         engine.step()
-    return {"after_region": after_region, "after_step": zero3_state(engine, model)}
+    return {"after_region": after_region, "after_step": zero3_state(model)}
 
 
 class StateProbe(torch.autograd.Function):
@@ -192,11 +187,11 @@ def failed_then_retried(kind: str) -> Callable[[deepspeed.DeepSpeedEngine, Check
             failure = None
         at_retry_start = []
         handle = model.register_forward_pre_hook(  # after DeepSpeed's (or ort_zero's) step start
-            lambda module, args: at_retry_start.append(zero3_state(engine, model)) if not at_retry_start else None
+            lambda module, args: at_retry_start.append(zero3_state(model)) if not at_retry_start else None
         )
         engine(sample(1, rank)).backward()
         handle.remove()
-        return {"failure": failure, "at_retry_start": at_retry_start, "after_retry": zero3_state(engine, model)}
+        return {"failure": failure, "at_retry_start": at_retry_start, "after_retry": zero3_state(model)}
 
     return run
 

@@ -79,27 +79,55 @@ def forward_call(module_state: zero3_state.ModuleState, x: torch.Tensor) -> tupl
     return output, call
 
 
-def test_pre_forward_counts_afresh_at_every_forward(subscribe: Callable) -> None:
-    """DeepSpeed resets a module's gradient count at each of its forwards, so a forward whose backward never runs (a
-    checkpoint's recompute, a backward cut short) leaves no count behind. A module used twice is therefore released
-    after the backward of its later use, and the earlier use's backward leaves the count at -1, as natively; each
-    call's phase moves on its own."""
+def test_a_module_used_twice_is_released_after_each_backward(subscribe: Callable) -> None:
+    """Each call's phase moves on its own; the parameters are released after a call's backward (here the later
+    use's first, as autograd orders them), and gathered and released again for the other's."""
     module_state, offload = registered(subscribe, nn.Linear(2, 2))
     x = torch.randn(2, requires_grad=True)
     first, first_call = forward_call(module_state, x)
     second, second_call = forward_call(module_state, x)
     assert offload.take() == [("fwd_gather", "root"), ("fwd_release", "root")] * 2
-    assert module_state.grads_remaining == 1
     assert first_call.phase == second_call.phase == zero3_state.Phase.AFTER_FORWARD
     second.sum().backward()
-    assert offload.take() == [("bwd_gather", "root"), ("bwd_release", "root")] and module_state.grads_remaining == 0
+    assert offload.take() == [("bwd_gather", "root"), ("bwd_release", "root")]
     assert (first_call.phase, second_call.phase) == (zero3_state.Phase.AFTER_FORWARD, zero3_state.Phase.DONE)
     first.sum().backward()
-    assert offload.take() == [("bwd_gather", "root")] and module_state.grads_remaining == -1
+    assert offload.take() == [("bwd_gather", "root"), ("bwd_release", "root")]
     assert first_call.phase == zero3_state.Phase.DONE
     torch.testing.assert_close(x.grad, torch.full((2,), 4.0))
-    forward_call(module_state, x)
-    assert module_state.grads_remaining == 1, "the next forward did not start the count afresh"
+
+
+def test_no_release_while_another_call_is_in_its_backward(subscribe: Callable) -> None:
+    """ORT may gather a module used twice for both backwards before either ends (ProphetNet's output Linear): the
+    first end must not release what the other's backward still reads."""
+    module_state, offload = registered(subscribe, nn.Linear(2, 2))
+    first, second = module_state.gather_for_forward(), None
+    module_state.release_after_forward()
+    second = module_state.gather_for_forward()
+    module_state.release_after_forward()
+    offload.take()
+    module_state.gather_for_backward(second)
+    module_state.gather_for_backward(first)
+    module_state.backward_done(second)
+    assert offload.take() == [("bwd_gather", "root"), ("bwd_gather", "root")], "released under the other backward"
+    module_state.backward_done(first)
+    assert offload.take() == [("bwd_release", "root")]
+
+
+def test_a_backward_that_never_ends_does_not_hold_the_next_step(subscribe: Callable) -> None:
+    """A call whose inputs needed no gradient is gathered for its backward and never ends it here: the next step's
+    backward of the module still releases."""
+    module_state, offload = registered(subscribe, nn.Linear(2, 2))
+    stuck = module_state.gather_for_forward()
+    module_state.release_after_forward()
+    module_state.gather_for_backward(stuck)
+    module_state.start_step()
+    call = module_state.gather_for_forward()
+    module_state.release_after_forward()
+    module_state.gather_for_backward(call)
+    offload.take()
+    module_state.backward_done(call)
+    assert offload.take() == [("bwd_release", "root")] and module_state.backward_calls == []
 
 
 def test_a_forward_left_unfinished_is_abandoned_at_the_next_step(subscribe: Callable) -> None:
@@ -131,11 +159,15 @@ def test_a_move_out_of_order_is_an_error_naming_the_module(subscribe: Callable) 
         output.sum().backward()
 
 
-def test_pre_forward_without_gradient_inputs_is_not_counted(subscribe: Callable) -> None:
+def test_pre_forward_without_gradient_inputs_ends_no_backward(subscribe: Callable) -> None:
+    """Its inputs need no gradient: its backward does not end there (a parameter gradient may still pass)."""
     module_state, offload = registered(subscribe, nn.Linear(2, 2))
-    apply("pre_forward", module_state, torch.randn(2))
-    assert offload.take() == [("fwd_gather", "root")]
-    assert module_state.grads_remaining == 0
+    (inner,) = apply("pre_forward", module_state, torch.randn(2))
+    call = module_state.open_calls[-1]
+    (output,) = apply("post_forward", module_state, inner * torch.ones(2, requires_grad=True))
+    output.sum().backward()
+    assert offload.take() == [("fwd_gather", "root"), ("fwd_release", "root"), ("bwd_gather", "root")]
+    assert call.phase == zero3_state.Phase.BACKWARD and module_state.backward_calls == [call]
 
 
 def test_post_forward_releases_then_gathers_once_per_application(subscribe: Callable) -> None:
@@ -162,7 +194,7 @@ def test_no_deepspeed_call_while_exporting(subscribe: Callable) -> None:
         for bridge in BRIDGES:
             (x,) = apply(bridge, module_state, x)
         parameter_offload.FWD_MODULE_STACK.pop()  # what `apply` pushed for the post-forward bridge
-    assert module_state.grads_remaining == 0 and module_state.open_calls == []
+    assert module_state.open_calls == [] and module_state.backward_calls == []
     assert parameter_offload.FWD_MODULE_STACK == ["<root marker>"]
     x.sum().backward()
     assert offload.take() == []
