@@ -52,6 +52,11 @@ def device(manager: Any) -> Any:
     return manager._device
 
 
+def forward_function(manager: Any) -> Any:
+    """The autograd Function a TrainingManager runs its session through (made once, when the manager is)."""
+    return manager._forward_class
+
+
 def flattened_module(manager: Any) -> Any:
     """The user's module as ORTModule exports it."""
     return manager._flattened_module

@@ -154,14 +154,6 @@ ort_patch(
 
 
 ort_patch(
-    "ort", "ort.trim_after_backward", f"{ORTM}._execution_agent:TrainingAgent", "run_backward",
-    "every step leaves more freed memory in glibc's heap under ORT than in PyTorch (1.2 vs 0.75 GiB per rank on a "
-    "162M LLaMA): after each backward the heap's free pages go back to the OS.",
-    deferred(lambda: ort_zero_module(FOOTPRINT).trimmed_after_backward),
-)  # fmt: skip
-
-
-ort_patch(
     "ort", "ort.trim_after_forward", f"{ORTM}._execution_agent:TrainingAgent", "run_forward",
     "a forward leaves in glibc's heap what it did not keep for the backward (most activations under the layer-wise "
     "recompute: 0.6 GiB per rank on a 162M LLaMA at seq 1024), the first also the export's garbage (1.0 GiB): after "
@@ -183,7 +175,9 @@ ort_patch(
     "only to list what it could recompute) is not built. Once the session exists what ORTModule keeps beyond its "
     "needs goes: "
     "its graph builder (it makes a new one for every build), the dead memory of its graphs' protobufs and the "
-    "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks).",
+    "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks). On the CPU "
+    "every step leaves more freed memory in glibc's heap under ORT than in PyTorch (1.2 vs 0.75 GiB per rank on a "
+    "162M LLaMA): after each backward, once ORTModule has dropped the run's state, its free pages go back to the OS.",
     deferred(lambda: ort_zero_module(TRAINING).execution_agent),
 )  # fmt: skip
 ort_patch(

@@ -19,7 +19,7 @@ from ...stack.cuda_provider import cuda_provider_required
 from ..graph.edit import is_zero3_graph
 from ..passes.base import TrainingGraph
 from ..passes.pipeline import run_training_graph_passes
-from .footprint import trim_training_manager
+from .footprint import trim_after_each_backward, trim_training_manager
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ def footprint_trimmed(original: Callable) -> Callable:
     def _create_execution_agent(self: Any) -> None:
         original(self)
         trim_training_manager(self)
+        if ortmodule.device(self).type == "cpu":  # where the step's tensors live in glibc's heap
+            trim_after_each_backward(self)
 
     return _create_execution_agent
 

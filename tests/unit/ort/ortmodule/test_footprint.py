@@ -131,3 +131,19 @@ def test_the_kernels_run_without_orts_copies() -> None:
     checked, unchecked = heap_after_first_forward("1", "--checked"), heap_after_first_forward("1")
     for after in ("live_mib", "second_live_mib"):
         assert unchecked[after] < checked[after] - 150, (after, unchecked, checked)
+
+
+BACKWARD_TRIM = Path(__file__).parent / "scripts" / "backward_trim_zero3.py"
+
+
+def test_the_backward_trim_comes_once_the_run_state_is_gone() -> None:
+    """ORT's run state keeps the forward's torch-kernel tensors (a ZeRO-3 model's MLP activations) until ORTModule's
+    backward ends and deletes it: the trim after each backward must come then, when none is alive (trimmed inside
+    `run_backward`, 20-24 were here, whose memory then stayed in the heap as free pages)."""
+    env = {**os.environ, "ORT_ZERO_TRIM_HEAP": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(BACKWARD_TRIM)], env=env, capture_output=True, text=True, timeout=300, check=True
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ort_ran"], result
+    assert result["alive_at_backward_trims"] == [0, 0], result
