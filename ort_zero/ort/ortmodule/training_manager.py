@@ -92,7 +92,8 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
 def footprint_trimmed(original: Callable) -> Callable:
     """Wraps `TrainingManager._create_execution_agent`: once the session exists, what ORTModule keeps beyond its
     needs goes (`ort_zero.ort.ortmodule.footprint`: its graph builder, its graphs' dead protobuf memory, the export's
-    heap)."""
+    heap), and on the CPU its autograd Function trims the heap after each backward. That change to the Function stays
+    with the model when ort_zero is disabled."""
 
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
