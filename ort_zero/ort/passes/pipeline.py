@@ -5,6 +5,7 @@ export (ORTModule's post-export processing, per export):
     grouped_conv_1d       grouped one-axis Convs become two-axis Convs (ORT's ConvGrad overruns dX on them)
     custom_gradients      no node sets an attribute the gradient ort_zero registered for its op does not handle
     zero3_params          ZeRO-3 parameters leave the graph inputs; pre-forward bridges provide them
+    gradient_free_bypass  bridge outputs no gradient can reach are read from the bridges' inputs
     mem_efficient_grads   other trainable parameters get a PythonOp that hands their gradient to PyTorch
     unchecked_kernels     ORT runs the torch-kernel PythonOps without its first-run copies of their inputs
 training graph (ORT's graph-optimizer registry, before the session exists):
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from . import (
     backward_gather,
     custom_gradients,
+    gradient_free_bypass,
     grouped_conv_1d,
     mem_efficient_grads,
     passthrough_buffers,
@@ -39,6 +41,7 @@ EXPORT_PASSES: tuple[GraphPass, ...] = (
     grouped_conv_1d.PASS,
     custom_gradients.PASS,
     zero3_params.PASS,
+    gradient_free_bypass.PASS,
     mem_efficient_grads.PASS,
     unchecked_kernels.PASS,
 )
