@@ -17,7 +17,9 @@ FRESH_PAGES = {"MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: every allocation of 
 
 
 def test_the_reduce_scatter_gives_deepspeeds_values_without_copying_the_bucket(tmp_path: Path) -> None:
-    run_launcher(torchrun_cmd(SCRIPT, ["--out", str(tmp_path)], port=free_port(), nproc=2), timeout=300, env=FRESH_PAGES)
+    run_launcher(
+        torchrun_cmd(SCRIPT, ["--out", str(tmp_path)], port=free_port(), nproc=2), timeout=300, env=FRESH_PAGES
+    )
     for rank, result in enumerate(read_rank_results(tmp_path)):
         for bucket, seen in result.items():
             assert seen["equal"], f"rank {rank}, {bucket}: values differ from DeepSpeed's"
