@@ -98,7 +98,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield folder
 
 
-@pytest.mark.parametrize("ort", [False, pytest.param(True, marks=pytest.mark.extended)], ids=["native", "ort"])
+@pytest.mark.extended
+@pytest.mark.parametrize("ort", [False, True], ids=["native", "ort"])
 def test_a_full_disk_stops_every_rank_before_the_save_and_keeps_the_previous_checkpoint(
     small_disk: Path, uninterrupted: list[float], ort: bool
 ) -> None:

@@ -62,7 +62,9 @@ def run(example: str, mode: list[str], out: Path) -> list[list[str]]:
     return [kinds_of_lines((r / "stdout.log").read_text() + (r / "stderr.log").read_text()) for r in ranks]
 
 
-@pytest.mark.parametrize("example", sorted(JOBS))
+@pytest.mark.parametrize(
+    "example", [pytest.param(job, marks=[] if job == "train_hf" else pytest.mark.extended) for job in sorted(JOBS)]
+)
 def test_an_ort_run_prints_what_a_native_run_prints(tmp_path: Path, example: str) -> None:
     native_mode, ort_mode = JOBS[example][1]
     native_ranks = run(example, native_mode, tmp_path / "native")

@@ -75,6 +75,7 @@ def check_same_run(out: Path, reference: Path) -> None:
     assert max((resumed[name] - straight[name]).abs().max().item() for name in resumed) <= TOLERANCE
 
 
+@pytest.mark.extended
 def test_a_2_rank_checkpoint_resumes_on_1_rank_natively(tmp_path: Path, uninterrupted: Path) -> None:
     check_same_run(resized(tmp_path, "native", 2, 1), uninterrupted)
 

@@ -101,6 +101,7 @@ def test_llama_in_ort_follows_pytorch(llama: tuple[Path, Path]) -> None:
     )
 
 
+@pytest.mark.extended
 def test_gpt2_in_ort_follows_pytorch(tmp_path: Path) -> None:
     """GPT-2 (learned positions, Conv1D, tied embeddings): ORT under mpirun, PyTorch under torchrun."""
     common = ["--model-type", "gpt2", "--max-steps", str(STEPS)]
@@ -120,6 +121,7 @@ def test_model_is_partitioned_as_it_is_built(llama: tuple[Path, Path]) -> None:
         assert built["local_numel"] == 0 and built["full_numel"] > 10_000, built
 
 
+@pytest.mark.extended
 def test_lora_in_ort_follows_pytorch(tmp_path: Path) -> None:
     """PEFT LoRA on the partitioned LLaMA: only the adapters train, in ORT as in PyTorch; the saved adapter has
     PEFT's own parameter names."""
@@ -232,6 +234,7 @@ def test_gradient_checkpointing_in_ort_is_layer_wise_recompute(tmp_path: Path) -
     assert len(announced) == 2 and all("ORTMODULE_MEMORY_OPT_LEVEL=1" in line for line in announced), announced
 
 
+@pytest.mark.extended
 def test_gradient_accumulation_in_ort_follows_pytorch_and_one_large_batch(tmp_path: Path) -> None:
     """Micro-batch 2 x accumulation 4 per rank: ORTZeroTrainer's per-step losses and trained weights equal those of
     transformers.Trainer (native DeepSpeed) on the same job, and those of ORTZeroTrainer with one micro-batch of 8

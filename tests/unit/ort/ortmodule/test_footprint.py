@@ -4,6 +4,7 @@ second copy of the model bytes, its graphs compacted; and training goes on."""
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import json
 import os
@@ -91,6 +92,7 @@ def test_a_compacted_graph_holds_what_a_fresh_parse_holds() -> None:
 FIRST_FORWARD = Path(__file__).parent / "scripts" / "first_forward_heap.py"
 
 
+@functools.cache  # one run per setting, shared by the tests that read it
 def heap_after_first_forward(trim: str, *options: str) -> dict:
     env = {**os.environ, "ORT_ZERO_TRIM_HEAP": trim, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(

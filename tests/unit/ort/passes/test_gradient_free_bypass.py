@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importable on today's torch)
@@ -100,6 +101,7 @@ def test_nothing_reachable_nothing_bypassed() -> None:
 ROTARY_KEPT = Path(__file__).parent / "scripts" / "rotary_kept_zero3.py"
 
 
+@pytest.mark.extended
 def test_a_bypassed_value_a_concat_reads_gets_one_gradient_writer(tmp_path: Path) -> None:
     """Inkling 2 hands its layers empty block states beside the hidden states and concatenates them there; ORT's
     Concat gradient writes a gradient for every input, so read directly the empty states got two writers of theirs
