@@ -99,6 +99,7 @@ def test_a_killed_rank_restarts_and_resumes_in_ort(
     assert training["session"] and BRIDGES <= set(training["python_ops"]), training
 
 
+@pytest.mark.extended
 def test_a_restarted_rank_whose_peer_never_starts_fails_in_one_line(tmp_path: Path) -> None:
     env = {"DIE_THEN_RESTART_NEVER_START": "1", "ORT_ZERO_COLLECTIVE_TIMEOUT": "10"}
     done = launch(DIE_THEN_RESTART, tmp_path, "native", env=env)

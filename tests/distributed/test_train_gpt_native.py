@@ -65,6 +65,7 @@ def test_native_run_writes_its_record_and_learns(straight: tuple[Path, list[dict
     assert recorded["world_size"] == 2 and recorded["native"] and not recorded["ort"]
 
 
+@pytest.mark.extended
 def test_resumed_run_continues_the_same_curve(tmp_path: Path, straight: tuple[Path, list[dict[str, float]]]) -> None:
     _, reference = straight
     first = train(tmp_path, "--native", "--steps", str(STEPS // 2), "--save-every", str(STEPS // 2))

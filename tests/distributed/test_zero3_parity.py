@@ -29,7 +29,9 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return get  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(
+    "variant", [v if v == "base" else pytest.param(v, marks=pytest.mark.extended) for v in VARIANTS]
+)  # every variant runs on the ORT path below, through the same hooks
 def test_pytorch_path_matches_native(tmp_path: Path, native, variant: str) -> None:
     result = train(tmp_path, "torch", variant)
     assert result["ort_zero_hooks"], "ort_zero's subscriber was not installed"
@@ -72,7 +74,7 @@ def test_ort_env_switch_matches_native(tmp_path: Path, native) -> None:
     assert_same_training(native("base"), result, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("variant", ["base", "accum"])
+@pytest.mark.parametrize("variant", ["base", pytest.param("accum", marks=pytest.mark.extended)])
 def test_ort_with_pytorch_style_backward_matches_native(tmp_path: Path, native, variant: str) -> None:
     """`loss.backward()` then `engine.step()` (DeepSpeed runs its backward prologue and epilogue from hooks; the
     gradients ORT hands over fire them inside ORT's backward) trains as native `engine.backward(loss)` does."""
@@ -90,7 +92,7 @@ def test_ort_with_a_nonscalar_backward_matches_native(tmp_path: Path) -> None:
     assert_same_training(native_result, result, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("model", ["gpt", "gpt2", "bert"])
+@pytest.mark.parametrize("model", [pytest.param("gpt", marks=pytest.mark.extended), "gpt2", "bert"])
 def test_ort_transformer_models_match_native(tmp_path: Path, native, model: str) -> None:
     """ort_zero's small GPT, and transformers' GPT-2 and BERT built from small configs, in ORT under ZeRO-3.
 
