@@ -5,17 +5,18 @@ tests/unit/ort/passes/test_gradient_free_bypass.py."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import tempfile
+import sys
+from pathlib import Path
 
 import torch
 
-import ort_zero  # noqa: I001  (before ORT: makes ORTModule importable on today's torch)
 from ort_zero.foreign import ortmodule as ort_internals
 from ort_zero.ort.graph.training_graph import TrainingGraphView
 from ort_zero.ort.inspection import ort_run_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/unit/ort: the scripts' shared setup
+from zero3_llama import llama_engine  # noqa: E402
 
 HEADS, HEAD_SIZE = 4, 32
 
@@ -40,36 +41,17 @@ def kept_head_tensors(model: torch.nn.Module) -> list[str]:
 
 
 def main() -> None:
-    import deepspeed
-    import torch.distributed as dist
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.integrations import HfDeepSpeedConfig
-
-    os.environ.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", DS_ACCELERATOR="cpu", LOCAL_RANK="0")
-    store = os.path.join(tempfile.mkdtemp(), "store")
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
-    ort_zero.enable_zero3()
-    config = {
-        "train_micro_batch_size_per_gpu": 1,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
-    }
-    keep = HfDeepSpeedConfig(config)  # noqa: F841 - while it lives, the model is built under zero.Init
-    torch.manual_seed(0)
-    llama = LlamaConfig(
+    engine, model, llama = llama_engine(
         vocab_size=256, hidden_size=HEADS * HEAD_SIZE, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=HEADS, max_position_embeddings=256,
     )  # fmt: skip
-    model = ortmodule.ORTModule(LlamaForCausalLM(llama))
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     ids = torch.randint(0, llama.vocab_size, (1, 128))
     loss = engine(input_ids=ids, labels=ids).loss
     engine.backward(loss)
     engine.step()
     record = ort_run_record(model)["training"]
     print(json.dumps({"kept": kept_head_tensors(model), "loss": float(loss), "ort_ran": bool(record["session"])}))
-    dist.destroy_process_group()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
