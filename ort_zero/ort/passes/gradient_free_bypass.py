@@ -95,7 +95,7 @@ def bypass_gradient_free_outputs(graph: onnx.GraphProto) -> list[str]:
                 reader.input[slot] = output
     changes = [change for plan in rewired.values() for change in plan]
     _read_through_identities(graph, changes)
-    return [output for _, _, output in changes]
+    return list(dict.fromkeys(output for _, _, output in changes))  # an output with several readers, once
 
 
 def _read_through_identities(graph: onnx.GraphProto, changes: list[tuple[onnx.NodeProto, int, str]]) -> None:
