@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from launcher import deepspeed_cmd, free_port, run_launcher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +22,7 @@ def left_behind(port: int) -> list[Path]:
     return sorted(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*"))
 
 
+@pytest.mark.extended
 def test_deepspeed_alone_leaves_its_files(tmp_path: Path) -> None:
     """What the other tests prove gone is there natively (else they would pass for nothing)."""
     port = free_port()
