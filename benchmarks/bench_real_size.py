@@ -82,6 +82,10 @@ def summary(rank: dict[str, Any]) -> dict[str, float]:
         "live_last_mib": live[-1],
         "live_drift_pct": 100 * (live[-1] - live[min(2, len(live) - 1)]) / live[min(2, len(live) - 1)],
         "faults_k": statistics.median(step["minor_faults"] for step in steps[2:]) / 1000,
+        **{
+            f"{phase}_faults_k": statistics.median(step["faults_by_phase"][phase] for step in steps[2:]) / 1000
+            for phase in ("forward", "backward", "optimizer")
+        },
         "user_s": statistics.median(step["user_s"] for step in steps[2:]),
         "sys_s": statistics.median(step["sys_s"] for step in steps[2:]),
         "off_cpu_s": statistics.median(step["seconds"] - step["user_s"] - step["sys_s"] for step in steps[2:]),
@@ -102,6 +106,9 @@ ROWS = [
     ("live heap after the last step (MiB)", "live_last_mib", "{:.0f}"),
     ("live heap from step 3 to the last (%)", "live_drift_pct", "{:+.1f}"),
     ("pages faulted in per step from step 3 (thousands, median)", "faults_k", "{:.0f}"),
+    ("of them in the forward (thousands, median)", "forward_faults_k", "{:.0f}"),
+    ("of them in the backward (thousands, median)", "backward_faults_k", "{:.0f}"),
+    ("of them in the optimizer step (thousands, median)", "optimizer_faults_k", "{:.0f}"),
 ]
 
 

@@ -3,7 +3,8 @@
 A LLaMA-shaped causal LM from config (vocab 32000, the attention implementation transformers picks), random token
 ids with an all-ones attention mask, micro-batch 1, AdamW from the project's ZeRO-3 config; `transformers.Trainer`
 (native DeepSpeed ZeRO-3) or `ORTZeroTrainer` (the one line a user changes). Writes `<out>/<mode>-rank<R>.json`: per
-step its wall time and CPU time (user, system), loss, grad norm, the RSS and the live heap at its end; RSS sampled
+step its wall time and CPU time (user, system), loss, grad norm, the RSS and the live heap at its end, the pages
+faulted in by its forward, backward and optimizer step (DeepSpeed's engine calls, timed around); RSS sampled
 every 50 ms (for the plot); the process's peak RSS; under ORT, ORT's first-step phases (export, graph builder, graph
 build, session creation).
 """
@@ -58,6 +59,34 @@ class RssSampler(threading.Thread):
         while True:
             self.samples.append((round(time.perf_counter() - self.start_time, 3), round(rss_mib(), 1)))
             time.sleep(self.interval)
+
+
+class PhaseFaults:
+    """Pages faulted in per step by the DeepSpeed engine's forward, backward and optimizer step: where a step's
+    system time goes when freed memory handed back to the OS is used again (docs/benchmarks.md)."""
+
+    PHASES = {"forward": "forward", "backward": "backward", "step": "optimizer"}
+
+    def __init__(self) -> None:
+        self.faults = dict.fromkeys(self.PHASES.values(), 0)
+
+    def count(self, engine_class: type) -> None:
+        for method, phase in self.PHASES.items():
+            setattr(engine_class, method, self._counted(getattr(engine_class, method), phase))
+
+    def _counted(self, method: Any, phase: str) -> Any:
+        def counted(engine: Any, *args: Any, **kwargs: Any) -> Any:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            try:
+                return method(engine, *args, **kwargs)
+            finally:
+                self.faults[phase] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+        return counted
+
+    def take(self) -> dict[str, int]:
+        taken, self.faults = self.faults, dict.fromkeys(self.PHASES.values(), 0)
+        return taken
 
 
 def ort_phases(model: Any) -> dict[str, float]:
@@ -120,11 +149,15 @@ def main() -> None:
                 "rss_mib": rss,
                 "malloced_mib": malloced_mib(),
                 "minor_faults": usage.ru_minflt - before.ru_minflt,  # pages touched afresh
+                "faults_by_phase": phase_faults.take(),
             }
             self.steps.append(step)
 
     import deepspeed
+    from deepspeed.runtime.engine import DeepSpeedEngine
 
+    phase_faults = PhaseFaults()
+    phase_faults.count(DeepSpeedEngine)
     deepspeed.init_distributed("nccl" if torch.cuda.is_available() else "gloo")  # before TrainingArguments (CPU)
     training_args = TrainingArguments(
         output_dir=tempfile.mkdtemp(prefix="bench_real_size_"),
