@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ..ort import torch_kernels
 from ..ort.ortmodule import console, output_structures, shape_inference
-from ..stack.cuda_provider import cuda_provider_required
 from .declare import GEM, GTM, IO, ORTM, deferred, ort_patch, ort_zero_module
 from .export import CHECKPOINT_POLICY
 
@@ -166,6 +165,10 @@ _CUDA_REASON = (
     "when ORT's CUDA provider cannot load, ORT builds the session on the CPU provider and ORTModule trains a CUDA "
     "model on the CPU without a word; ort_zero refuses, naming what failed to load."
 )
+_PROFILE_REASON = (
+    "With ORT_ZERO_ORT_PROFILE ORT writes a session's profile only when the session ends, which ORTModule's sessions "
+    "did not before the interpreter exited: the file stayed empty; ort_zero ends each one at exit."
+)
 ort_patch(
     "ort", "ort.cuda_provider_required.TrainingManager", f"{ORTM}._training_manager:TrainingManager",
     "_create_execution_agent",
@@ -177,12 +180,14 @@ ort_patch(
     "its graph builder (it makes a new one for every build), the dead memory of its graphs' protobufs and the "
     "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks). On the CPU "
     "every step leaves more freed memory in glibc's heap under ORT than in PyTorch (1.2 vs 0.75 GiB per rank on a "
-    "162M LLaMA): after each backward, once ORTModule has dropped the run's state, its free pages go back to the OS.",
+    "162M LLaMA): after each backward, once ORTModule has dropped the run's state, its free pages go back to the OS. "
+    + _PROFILE_REASON,
     deferred(lambda: ort_zero_module(TRAINING).execution_agent),
 )  # fmt: skip
 ort_patch(
     "ort", "ort.cuda_provider_required.InferenceManager", f"{ORTM}._inference_manager:InferenceManager",
-    "_create_execution_agent", _CUDA_REASON, cuda_provider_required,
+    "_create_execution_agent", _CUDA_REASON + " " + _PROFILE_REASON,
+    deferred(lambda: ort_zero_module(EXECUTION).inference_execution_agent),
 )  # fmt: skip
 
 

@@ -1,22 +1,25 @@
 """ORTModule's `GraphExecutionManager`, where sessions are configured and run: its session options (threads per rank,
-the arena, the profiler), its fallback to PyTorch (announced on every rank), and the ZeRO-3 hook setup it calls
-(`configure_ort_compatible_zero_stage3`, replaced by ort_zero's subscriber).
+the arena, the profiler, whose files are written at exit), its fallback to PyTorch (announced on every rank), and
+the ZeRO-3 hook setup it calls (`configure_ort_compatible_zero_stage3`, replaced by ort_zero's subscriber).
 
 Each function takes the original ORT object and returns its replacement (the registry's factory protocol).
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ...foreign import ortmodule
+from ...stack.cuda_provider import cuda_provider_required
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +61,8 @@ def session_options(original: Callable) -> Callable:
 
     With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
     two, so a process's memory shows neither what a step needs nor what a memory optimization saves. With
-    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to <prefix>_<date>.json
-    by the session's `end_profiling()`."""
+    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to <prefix>[_rank<R>]_<date>.json
+    (`profile_written_at_exit`)."""
 
     @functools.wraps(original)
     def _get_session_config(self: Any) -> Any:
@@ -67,9 +70,9 @@ def session_options(original: Callable) -> Callable:
         session_options.intra_op_num_threads = threads_per_rank()
         if os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "1") == "0":
             session_options.enable_cpu_mem_arena = False
-        if profile_prefix := os.environ.get("ORT_ZERO_ORT_PROFILE"):
+        if prefix := profile_prefix():
             session_options.enable_profiling = True
-            session_options.profile_file_prefix = profile_prefix
+            session_options.profile_file_prefix = prefix
         return session_options, providers, provider_options
 
     return _get_session_config
@@ -81,3 +84,36 @@ def threads_per_rank() -> int:
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")))
     return max(1, len(os.sched_getaffinity(0)) // max(1, local_ranks))
+
+
+def profile_prefix() -> str | None:
+    """ORT_ZERO_ORT_PROFILE, with the rank's number in a distributed run: ranks started in the same second would
+    otherwise write one file."""
+    prefix = os.environ.get("ORT_ZERO_ORT_PROFILE")
+    rank = os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+    return f"{prefix}_rank{rank}" if prefix and rank is not None else prefix
+
+
+def profile_written_at_exit(original: Callable) -> Callable:
+    """Wraps a manager's `_create_execution_agent`: ORT writes a session's profile when the session ends or is freed,
+    and ORTModule's sessions usually live until the interpreter exits without freeing them (the file stayed empty).
+    With the profiler on, each session's profile is ended at exit; one freed before has written its own."""
+
+    @functools.wraps(original)
+    def _create_execution_agent(self: Any) -> None:
+        original(self)
+        if profile_prefix():
+            atexit.register(_end_profiling, weakref.ref(ortmodule.session(self)))
+
+    return _create_execution_agent
+
+
+def _end_profiling(session: weakref.ref) -> None:
+    if (alive := session()) is not None:
+        logger.info("ort_zero: ORT's profile written to %s", alive.end_profiling())
+
+
+def inference_execution_agent(original: Callable) -> Callable:
+    """The replacement of `InferenceManager._create_execution_agent`: the CUDA provider required where the model is
+    on CUDA (`stack.cuda_provider`), the profile written at exit."""
+    return profile_written_at_exit(cuda_provider_required(original))
