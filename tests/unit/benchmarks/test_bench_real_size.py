@@ -23,6 +23,7 @@ def rank_record(
     user = user or [s / 2 for s in seconds]
     steps = [
         {"seconds": s, "user_s": u, "sys_s": s / 4, "rss_mib": r, "malloced_mib": 100.0, "minor_faults": f}
+        | {"faults_by_phase": {"forward": f // 2, "backward": f // 4, "optimizer": f - f // 2 - f // 4}}
         | {"loss": 1.0, "grad_norm": 1.0}
         for s, u, f, r in zip(seconds, user, faults, rss, strict=True)
     ]
@@ -35,6 +36,8 @@ def test_a_rank_summary_skips_the_first_two_steps(bench: ModuleType) -> None:
     assert summary["first_step_s"] == 9.0
     assert summary["median_step_s"] == 4.2
     assert summary["faults_k"] == 510
+    phases = [summary[f"{phase}_faults_k"] for phase in ("forward", "backward", "optimizer")]
+    assert phases == [255, 127.5, 127.5]  # the medians of each phase's thousands of pages
     assert summary["rss_drift_pct"] == pytest.approx(2.0)
     assert summary["user_s"] == 2.1 and summary["sys_s"] == pytest.approx(1.05)
     assert summary["off_cpu_s"] == pytest.approx(4.2 - 2.1 - 1.05)
