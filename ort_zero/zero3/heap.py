@@ -12,13 +12,6 @@ faults that bring the pages back: at seq 128, trimming at every layer made a 162
 4.2 s) for 0.1-0.2 GiB, so a layer trims only once RSS has grown by `LAYER_TRIM_GROWTH` since the last trim: then
 3.9 s at seq 128 (3 layer trims a step), and at seq 2048 checkpointed step peaks of 5.16-5.29 GiB (every layer:
 5.07-5.27; none: 6.34-6.41).
-
-What a trim gives back, the next forward faults in again, a 4 KiB page at a time: at seq 1024 (162M LLaMA, 2 CPU
-ranks) ORT's forward faulted 525-532 thousand pages a step per rank against native's 178-212 thousand (native keeps
-its free heap and peaks 0.7 GiB higher). So each trim also marks the heap for transparent huge pages
-(`madvise(MADV_HUGEPAGE)`, where the kernel's THP mode is `madvise`): ranges a trim emptied whole then come back 2 MiB
-at a time. Measured there: the forward's faults fell to 241-265 thousand, the backward's from 95-110 to 68-72
-thousand, the step's peak the same (4.84-4.89 vs 4.81-4.82 GiB).
 """
 
 from __future__ import annotations
@@ -34,7 +27,6 @@ from .. import settings
 LAYER_TRIM_GROWTH = 256 * 2**20
 """Bytes RSS must have grown by since the last trim for a layer's boundary to trim."""
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-_MADV_HUGEPAGE = 14  # <sys/mman.h>, Linux
 
 
 @dataclass
@@ -69,7 +61,6 @@ def give_back_freed_memory() -> None:
     """Return the free pages of every glibc heap to the system, unless ORT_ZERO_TRIM_HEAP=0."""
     if (trim := _malloc_trim()) is not None and settings.trim_heap():
         trim(0)
-        _mark_for_huge_pages()
         MARK.rss = rss_bytes()
 
 
@@ -77,17 +68,3 @@ def give_back_if_grown() -> None:
     """At a layer's boundary: `give_back_freed_memory` once RSS has grown by `LAYER_TRIM_GROWTH` since the last."""
     if _malloc_trim() is not None and MARK.grown_by_enough(rss_bytes()):
         give_back_freed_memory()
-
-
-def _heap_ranges() -> list[tuple[int, int]]:
-    """The main heap's mappings: it grows by `brk`, and each growth is a mapping of its own until marked alike."""
-    with open("/proc/self/maps") as maps:
-        ranges = [line.split()[0] for line in maps if line.rstrip().endswith("[heap]")]
-    return [(int(start, 16), int(end, 16)) for start, end in (r.split("-") for r in ranges)]
-
-
-def _mark_for_huge_pages() -> None:
-    """Let the heap's emptied 2 MiB ranges fault back as one huge page each; without THP the kernel ignores it."""
-    madvise = ctypes.CDLL(None).madvise
-    for start, end in _heap_ranges():
-        madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_HUGEPAGE)

@@ -4,11 +4,9 @@ docs/benchmarks.md; here, that freed heap memory leaves RSS, which glibc alone d
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +15,6 @@ from torch import nn
 from ort_zero.zero3 import heap
 
 MIB = 2**20
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # In a fresh process, so that the heap is laid out as the script says. Prints RSS (MiB) with the blocks, after
 # freeing them, after the heap gave back.
@@ -50,46 +47,6 @@ def test_what_the_heap_freed_leaves_rss() -> None:
     held, freed, given_back = map(float, child.stdout.split())
     assert held - freed < 16, "glibc gave the blocks back by itself: the test proves nothing"
     assert freed - given_back > 48, f"the heap kept what the blocks freed: {held}, {freed}, {given_back} MiB"
-
-
-# Each cycle allocates 128 MiB from the heap, frees it and has the heap give it back, as a step does; a tensor made after
-# the first cycle's blocks lives on above them (as what a step keeps does), so the heap cannot shrink and the blocks'
-# pages go back from inside it. Prints the pages each cycle faulted in.
-REFAULTED = """
-import resource
-import torch
-from ort_zero.zero3 import heap
-
-def faults():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-torch.ones(24 * 2**20, dtype=torch.uint8)  # mmapped and freed at once: glibc's mmap threshold rises to 24 MiB
-kept = []
-for cycle in range(5):
-    before = faults()
-    blocks = []
-    for _ in range(32):
-        blocks.append(torch.ones(4 * 2**20, dtype=torch.uint8))
-    if cycle == 0:
-        kept.append(torch.ones(2**20))
-    print(faults() - before)
-    del blocks
-    heap.give_back_freed_memory()
-"""
-THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-
-
-@pytest.mark.skipif(heap._malloc_trim() is None, reason="glibc only")
-@pytest.mark.skipif(
-    not THP_MODE.exists() or "[never]" in THP_MODE.read_text(), reason="the kernel has transparent huge pages off"
-)
-def test_what_the_heap_gave_back_faults_in_as_huge_pages() -> None:
-    child = subprocess.run([sys.executable, "-c", REFAULTED], capture_output=True, text=True, timeout=120)
-    assert child.returncode == 0, child.stderr
-    faults = [int(line) for line in child.stdout.split()]
-    small_pages = 128 * MIB // PAGE
-    assert faults[0] > small_pages * 3 // 4, f"the first cycle did not fault its pages in: {faults}"
-    assert max(faults[2:]) < small_pages // 4, f"the heap's pages came back 4 KiB at a time: {faults}"
 
 
 class Block(nn.Module):
