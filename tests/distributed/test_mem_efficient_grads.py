@@ -14,9 +14,12 @@ RETRIEVAL = "ort_zero.ort.step_functions.ParamRetrieval"
 
 
 STAGE_1 = pytest.param(1, "base", marks=pytest.mark.extended)  # DeepSpeed runs stages 1 and 2 with one optimizer class
+# CI's budget: ZeRO-3's parity tests accumulate in ORT by default; stage 0 and stage 2's accumulation run extended
+STAGE_2_ACCUM = pytest.param(2, "accum", marks=pytest.mark.extended)
+STAGE_0 = pytest.param(0, "base", marks=pytest.mark.extended)
 
 
-@pytest.mark.parametrize(("stage", "variant"), [(2, "base"), (2, "accum"), STAGE_1, (0, "base")])
+@pytest.mark.parametrize(("stage", "variant"), [(2, "base"), STAGE_2_ACCUM, STAGE_1, STAGE_0])
 def test_zero012_mem_efficient_grads_match_native(tmp_path: Path, stage: int, variant: str) -> None:
     native = train(tmp_path / "native", "native", variant, "--stage", str(stage))
     result = train(tmp_path / "ort", "ort", variant, "--stage", str(stage), "--mem-grads")
