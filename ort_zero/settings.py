@@ -34,3 +34,12 @@ def trim_heap() -> bool:
     if raw not in {"0", "1"}:
         raise ValueError(f"ORT_ZERO_TRIM_HEAP={raw!r}: use 1 (trim, the default) or 0")
     return raw == "1"
+
+
+def output_pool() -> bool:
+    """Whether the linear layers ORT runs in torch on CPU write into buffers kept from step to step
+    (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.ort.torch_kernels.output_pool`)."""
+    raw = os.environ.get("ORT_ZERO_OUTPUT_POOL", "1").strip() or "1"
+    if raw not in {"0", "1"}:
+        raise ValueError(f"ORT_ZERO_OUTPUT_POOL={raw!r}: use 1 (keep the buffers, the default) or 0")
+    return raw == "1"

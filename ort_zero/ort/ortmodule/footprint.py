@@ -25,6 +25,7 @@ import onnx
 
 from ...foreign import ortmodule
 from ...zero3 import heap
+from ..torch_kernels.output_pool import POOL as OUTPUT_POOL
 
 
 def compacted(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -37,11 +38,13 @@ def compacted(model: onnx.ModelProto) -> onnx.ModelProto:
 def trim_training_manager(manager: Any) -> None:
     """Releases what a TrainingManager keeps beyond its needs, once its session is built.
 
-    The graph builder goes: ORTModule makes a new one before every build (`_initialize_graph_builder` precedes each
-    `_build_graph`). The graphs it compares and rebuilds from stay, compacted. The session's copy of the model bytes
-    goes: ORT keeps it to rebuild an inference session after a provider failure, which a training agent never does.
+    The linear layers' output pool learns that a first run comes. The graph builder goes: ORTModule makes a new
+    one before every build (`_initialize_graph_builder` precedes each `_build_graph`). The graphs it compares and
+    rebuilds from stay, compacted. The session's copy of the model bytes goes: ORT keeps it to rebuild an inference
+    session after a provider failure, which a training agent never does.
     """
     ortmodule.release_kept(manager, compacted)
+    OUTPUT_POOL.session_built()
     heap.give_back_freed_memory()  # an export leaves many free pages
 
 
@@ -58,6 +61,7 @@ def trim_after_each_backward(manager: Any) -> None:
 
     def backward_then_trim(ctx: Any, *grad_outputs: Any) -> Any:
         grads = backward(ctx, *grad_outputs)
+        OUTPUT_POOL.end_step()
         heap.give_back_freed_memory()
         return grads
 

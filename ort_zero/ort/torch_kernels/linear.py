@@ -23,6 +23,7 @@ import torch
 from ...hooks.export_mode import is_exporting
 from ..export.context import is_stand_in
 from .context import wanted_grads
+from .output_pool import pooled
 
 
 class LinearInTorch(torch.autograd.Function):
@@ -47,13 +48,13 @@ class LinearInTorch(torch.autograd.Function):
         ctx.input = _SharedCopy.of(input) if keep else None
         if is_exporting() and is_stand_in(gathered["weight"]):
             return _output_of_zeros(input, gathered["weight"], gathered.get("bias"))
-        return torch.nn.functional.linear(input, gathered["weight"], gathered.get("bias"))
+        return _linear(input, gathered["weight"], gathered.get("bias"))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         weight = ctx.linear.weight
         rows = grad.reshape(-1, grad.shape[-1])
-        input_grad = grad @ weight if ctx.needs_input_grad[0] else None
+        input_grad = _matmul_into_pool(rows, weight).view(*grad.shape[:-1], -1) if ctx.needs_input_grad[0] else None
         param_grads = []
         for (param, shape, dtype), asked in zip(ctx.params, ctx.needs_input_grad[2:], strict=True):
             if param is weight and param.requires_grad:
@@ -72,6 +73,27 @@ class LinearInTorch(torch.autograd.Function):
         if input is None or weight is None:
             return [None], [dtypes[0]]
         return [list(input[:-1]) + [weight[0]]], [dtypes[0]]
+
+
+def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear` into a buffer of the output pool (`output_pool`), where it serves: not in the export's trace,
+    whose outputs are garbage once it ends."""
+    rows = input.reshape(-1, input.shape[-1])
+    operands = (rows, weight) if bias is None else (rows, weight, bias)
+    out = None if is_exporting() else pooled((rows.shape[0], weight.shape[0]), *operands)
+    if out is None:
+        return torch.nn.functional.linear(input, weight, bias)
+    if bias is None:
+        torch.mm(rows, weight.t(), out=out)
+    else:
+        torch.addmm(bias, rows, weight.t(), out=out)
+    return out.view(*input.shape[:-1], weight.shape[0])
+
+
+def _matmul_into_pool(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`rows @ weight` (the input's gradient) into a buffer of the output pool, where it serves."""
+    out = pooled((rows.shape[0], weight.shape[1]), rows, weight)
+    return rows @ weight if out is None else torch.mm(rows, weight, out=out)
 
 
 def _output_of_zeros(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
