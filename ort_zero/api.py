@@ -23,6 +23,7 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
     hands each parameter gradient to PyTorch as soon as ORT computes it; None keeps the current setting (or ORT's
     ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1).
     """
+    settings.check_environment()
     prepare_for_ort()
     patches.apply_group("zero3")
     from .distributed import quiet_deprecated_collectives, shut_down_at_exit  # imports DeepSpeed: not at import

@@ -30,16 +30,25 @@ def recompute_level() -> int:
 def trim_heap() -> bool:
     """Whether glibc's heap hands its free pages back to the OS at each layer's boundary and after each forward and
     backward of an ORT session on CPU (ORT_ZERO_TRIM_HEAP, default 1; why: `ort_zero.zero3.heap`)."""
-    raw = os.environ.get("ORT_ZERO_TRIM_HEAP", "1").strip() or "1"
-    if raw not in {"0", "1"}:
-        raise ValueError(f"ORT_ZERO_TRIM_HEAP={raw!r}: use 1 (trim, the default) or 0")
-    return raw == "1"
+    return _switch("ORT_ZERO_TRIM_HEAP", "trim")
 
 
 def output_pool() -> bool:
     """Whether the linear layers ORT runs in torch on CPU write into buffers kept from step to step
     (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.ort.torch_kernels.output_pool`)."""
-    raw = os.environ.get("ORT_ZERO_OUTPUT_POOL", "1").strip() or "1"
+    return _switch("ORT_ZERO_OUTPUT_POOL", "keep the buffers")
+
+
+def check_environment() -> None:
+    """Read every setting once, so a bad value stops `enable_zero3` rather than a step inside ORT."""
+    recompute_level()
+    trim_heap()
+    output_pool()
+
+
+def _switch(variable: str, what_1_does: str) -> bool:
+    """An on/off variable, on by default."""
+    raw = os.environ.get(variable, "1").strip() or "1"
     if raw not in {"0", "1"}:
-        raise ValueError(f"ORT_ZERO_OUTPUT_POOL={raw!r}: use 1 (keep the buffers, the default) or 0")
+        raise ValueError(f"{variable}={raw!r}: use 1 ({what_1_does}, the default) or 0")
     return raw == "1"

@@ -22,3 +22,21 @@ def test_a_bad_trim_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("ORT_ZERO_TRIM_HEAP", "yes")
     with pytest.raises(ValueError, match="ORT_ZERO_TRIM_HEAP='yes'"):
         settings.trim_heap()
+
+
+@pytest.mark.parametrize("variable", ["ORT_ZERO_TRIM_HEAP", "ORT_ZERO_OUTPUT_POOL"])
+def test_a_bad_switch_stops_enable_zero3_naming_it(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    import ort_zero
+
+    monkeypatch.setenv(variable, "yes")
+    enabled = ort_zero.is_zero3_enabled()
+    with pytest.raises(ValueError, match=f"{variable}='yes'"):
+        ort_zero.enable_zero3()
+    assert ort_zero.is_zero3_enabled() == enabled  # stopped before patching anything
+
+
+def test_the_output_pool_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
+    assert settings.output_pool() is True
+    monkeypatch.setenv("ORT_ZERO_OUTPUT_POOL", "0")
+    assert settings.output_pool() is False

@@ -16,6 +16,7 @@ ORT_ZERO_OUTPUT_POOL=0 turns it off (`settings.output_pool`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -49,7 +50,7 @@ class OutputPool:
     first_run: bool = False
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        size = _numel(shape)
+        size = math.prod(shape)
         buffers = self.buffers.setdefault(dtype, [])
         free = [b for b in buffers if b.is_free()]
         fitting = [b for b in free if size <= b.capacity < 2 * size]
@@ -93,10 +94,3 @@ def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) 
     if any(t.dtype != like.dtype or t.device != like.device for t in operands):
         return None
     return POOL.take(shape, like.dtype)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    size = 1
-    for extent in shape:
-        size *= extent
-    return size
