@@ -1,6 +1,7 @@
 """torch's internals that ort_zero reads (torch `versions.TORCH_VERSIONS`).
 
-Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it does not own), a module's
+Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it does not own),
+`torch._C._storage_Use_Count` (who else holds a storage: the linear layers' output pool), a module's
 `_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs),
 TorchScript's `torch._C.TupleType` (an exported graph's tuple values: export_tuples), the TorchScript exporter's
 symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides, export_einsum), and
@@ -21,6 +22,11 @@ from torch.utils import _pytree as pytree  # noqa: F401  (re-exported: ort_zero.
 def unowned_storage(data_ptr: int, device: torch.device, nbytes: int) -> torch.UntypedStorage:
     """A storage over `nbytes` at `data_ptr` that does not keep the memory alive."""
     return torch._C._construct_storage_from_data_pointer(data_ptr, device, nbytes)
+
+
+def storage_use_count(tensor: torch.Tensor) -> int:
+    """The references to `tensor`'s storage: its tensors and views, and the storage object this call makes (one)."""
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
 
 
 def full_backward_hooks(module: torch.nn.Module) -> list[Callable[..., Any]]:

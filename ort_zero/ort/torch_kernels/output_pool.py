@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ... import settings
+from ...foreign import torch as torch_internals
 
 _UNSHARED = 2
-"""A storage's use count when only the pool holds it: the pool's tensor and the storage object asked for the count."""
+"""A storage's use count when only the pool holds it: the pool's tensor and the storage object the count asks."""
 
 
 @dataclass(eq=False)
@@ -33,7 +34,7 @@ class _Buffer:
     used: bool = True
 
     def is_free(self) -> bool:
-        return torch._C._storage_Use_Count(self.tensor.untyped_storage()._cdata) == _UNSHARED
+        return torch_internals.storage_use_count(self.tensor) == _UNSHARED
 
     @property
     def capacity(self) -> int:
