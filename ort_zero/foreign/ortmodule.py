@@ -7,15 +7,16 @@ Read: an ORTModule's `_torch_module._execution_manager(is_training)`; a manager'
 `capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_gradient_registry`,
 `ortmodule._custom_autograd_function_exporter` (the Functions it exports its own way) and
 `ortmodule._logger`.
-Written: the memory optimizer's runtime options and its memory observer's switch, what a manager keeps once its
-session exists (`release_kept`), the input bookkeeping of a post-export model info (`add_graph_input`), ORT's
-gradient registry (`register_gradient`), and ort_zero's marks on ORT's objects.
+Written: the memory optimizer's runtime options, its memory observer's switch and probe (`memory_probe_unprofiled`),
+what a manager keeps once its session exists (`release_kept`), the input bookkeeping of a post-export model info
+(`add_graph_input`), ORT's gradient registry (`register_gradient`), and ort_zero's marks on ORT's objects.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,28 @@ def memory_probe_skipped(manager: Any) -> Iterator[None]:
         yield
     finally:
         observer._is_enabled = enabled
+
+
+@contextlib.contextmanager
+def memory_probe_unprofiled(manager: Any) -> Iterator[None]:
+    """While it lasts, the profile of the session ORT builds to probe its memory optimizer is ended and removed once
+    probed: that session ran nothing, and its file stood beside the real session's."""
+    observer = manager._runtime_inspector.memory_ob
+    probe = observer.find_memory_optimization_opportunity
+
+    @functools.wraps(probe)
+    def unprofiled(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return probe(agent, *args, **kwargs)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(agent._inference_session.end_profiling())
+
+    observer.find_memory_optimization_opportunity = unprofiled
+    try:
+        yield
+    finally:
+        del observer.find_memory_optimization_opportunity
 
 
 def release_kept(manager: Any, compacted: Callable[[onnx.ModelProto], onnx.ModelProto]) -> None:

@@ -167,7 +167,9 @@ _CUDA_REASON = (
 )
 _PROFILE_REASON = (
     "With ORT_ZERO_ORT_PROFILE ORT writes a session's profile only when the session ends, which ORTModule's sessions "
-    "did not before the interpreter exited: the file stayed empty; ort_zero ends each one at exit."
+    "did not before the interpreter exited: the file stayed empty; ort_zero ends each one at exit. The profile of the "
+    "session ORT builds only to probe its memory optimizer, which runs nothing, is removed: it was a second file "
+    "whenever it started a second earlier."
 )
 ort_patch(
     "ort", "ort.cuda_provider_required.TrainingManager", f"{ORTM}._training_manager:TrainingManager",

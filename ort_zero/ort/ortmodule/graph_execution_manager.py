@@ -97,13 +97,18 @@ def profile_prefix() -> str | None:
 def profile_written_at_exit(original: Callable) -> Callable:
     """Wraps a manager's `_create_execution_agent`: ORT writes a session's profile when the session ends or is freed,
     and ORTModule's sessions usually live until the interpreter exits without freeing them (the file stayed empty).
-    With the profiler on, each session's profile is ended at exit; one freed before has written its own."""
+    With the profiler on, each session's profile is ended at exit; one freed before has written its own. The profile of
+    the session ORT builds only to probe its memory optimizer is removed: it ran nothing, and a second after the real
+    one's start it was a second file."""
 
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
-        original(self)
-        if profile_prefix():
-            atexit.register(_end_profiling, weakref.ref(ortmodule.session(self)))
+        if not profile_prefix():
+            original(self)
+            return
+        with ortmodule.memory_probe_unprofiled(self):
+            original(self)
+        atexit.register(_end_profiling, weakref.ref(ortmodule.session(self)))
 
     return _create_execution_agent
 
