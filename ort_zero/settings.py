@@ -30,13 +30,21 @@ def recompute_level() -> int:
 def trim_heap() -> bool:
     """Whether glibc's heap hands its free pages back to the OS at each layer's boundary and after each forward and
     backward of an ORT session on CPU (ORT_ZERO_TRIM_HEAP, default 1; why: `ort_zero.zero3.heap`)."""
-    return _switch("ORT_ZERO_TRIM_HEAP", "trim")
+    return _switch("ORT_ZERO_TRIM_HEAP", "trim, the default")
 
 
 def output_pool() -> bool:
     """Whether the linear layers ORT runs in torch on CPU write into buffers kept from step to step
     (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.ort.torch_kernels.output_pool`)."""
-    return _switch("ORT_ZERO_OUTPUT_POOL", "keep the buffers")
+    return _switch("ORT_ZERO_OUTPUT_POOL", "keep the buffers, the default")
+
+
+def cpu_mem_arena() -> bool | None:
+    """Whether ORT's sessions keep their CPU arena (ORT_ZERO_CPU_MEM_ARENA 1 or 0); None when unset: ort_zero
+    decides per session (`ort_zero.ort.ortmodule.graph_execution_manager.cpu_arena_kept`)."""
+    if not os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "").strip():
+        return None
+    return _switch("ORT_ZERO_CPU_MEM_ARENA", "keep it in every session")
 
 
 def check_environment() -> None:
@@ -44,11 +52,12 @@ def check_environment() -> None:
     recompute_level()
     trim_heap()
     output_pool()
+    cpu_mem_arena()
 
 
 def _switch(variable: str, what_1_does: str) -> bool:
     """An on/off variable, on by default."""
     raw = os.environ.get(variable, "1").strip() or "1"
     if raw not in {"0", "1"}:
-        raise ValueError(f"{variable}={raw!r}: use 1 ({what_1_does}, the default) or 0")
+        raise ValueError(f"{variable}={raw!r}: use 1 ({what_1_does}) or 0")
     return raw == "1"

@@ -18,9 +18,9 @@ from .passes.recompute import recompute_record
 def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
     """For an ORTModule (or a module wrapping one as `.module`, like a DeepSpeed engine): per mode ("training",
     "inference"), whether an ORT session exists, the execution providers it runs on (a model on CUDA must show
-    CUDAExecutionProvider first) and the sorted func names of its graph's PythonOps; for training, also the backward
-    reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy alive) and what ort_zero's
-    layer-wise recompute applied (`ort_zero.ort.passes.recompute.recompute_record`)."""
+    CUDAExecutionProvider first), whether its CPU arena is on and the sorted func names of its graph's PythonOps;
+    for training, also the backward reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy
+    alive) and what ort_zero's layer-wise recompute applied (`ort_zero.ort.passes.recompute.recompute_record`)."""
     ort_module = model if ortmodule.is_ort_module(model) else getattr(model, "module", model)
     if not ortmodule.is_ort_module(ort_module):
         raise TypeError(f"{type(ort_module).__name__} is not an ORTModule")
@@ -32,6 +32,7 @@ def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
         record[mode] = {
             "session": session is not None,
             "providers": session.get_providers() if session is not None else [],
+            "cpu_mem_arena": session.get_session_options().enable_cpu_mem_arena if session is not None else None,
             "python_ops": sorted({name for node in graph.node if (name := function_name_of(node))}) if graph else [],
         }
         if is_training:

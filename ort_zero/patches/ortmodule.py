@@ -64,7 +64,9 @@ for _name, _owner, _attribute, _reason, _factory in [
         "ort.session_options", GEM, "_get_session_config",
         "ORTModule sizes ORT's intra-op pool to all cores in every process; ranks sharing a machine oversubscribe "
         "it (measured: 390 ms vs 263 ms per step with 2 CPU ranks). Threads follow OMP_NUM_THREADS or the rank's "
-        "share of the cores. ORT_ZERO_CPU_MEM_ARENA=0 turns ORT's CPU arena off (memory measurements).",
+        "share of the cores. ORT's CPU arena never hands memory back: for a CPU graph that recomputes its layers it "
+        "would hold the recompute's high-water mark through the optimizer step, so it is off there unless "
+        "ORT_ZERO_CPU_MEM_ARENA says otherwise (0/1 choose for every session).",
         deferred(lambda: ort_zero_module(EXECUTION).session_options),
     ),
 ]:  # fmt: skip

@@ -26,10 +26,10 @@ KEPT_GRAPHS_PER_SERIALIZED_BYTE = 5  # measured at 4 blocks: 3.9 compacted, 6.7 
 ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "ORT_ZERO_CPU_MEM_ARENA": "0"}
 
 
-def train(out: Path, mode: str, level: int = 0, dropout: float = 0.0) -> list[dict]:
+def train(out: Path, mode: str, level: int = 0, dropout: float = 0.0, env: dict[str, str] = ENV) -> list[dict]:
     args = ["--mode", mode, "--level", str(level), "--layers", str(LAYERS), "--seq", "256", "--steps", "3"]
     args += ["--dropout", str(dropout), "--out", str(out)]
-    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=420, env=ENV, cwd=out.parent)
+    run_launcher(torchrun_cmd(SCRIPT, args, nproc=2, port=free_port()), timeout=420, env=env, cwd=out.parent)
     return read_rank_results(out)
 
 
@@ -90,3 +90,23 @@ def test_recomputed_dropout_draws_the_forwards_mask(tmp_path: Path) -> None:
         assert level1[rank]["ort"]["training"]["recompute"]["plans"]["TransformerLayerRecompute"] == LAYERS
         assert len(set(level1[rank]["losses"])) > 1
         assert_same_training(level1[rank], level0[rank], rel=1e-6)
+
+
+@pytest.mark.extended
+def test_under_recompute_orts_cpu_arena_does_not_hold_the_backwards_memory_through_the_optimizer_step(
+    tmp_path: Path,
+) -> None:
+    """ORT's CPU arena never hands memory back: kept under recompute, the optimizer step begins on the backward's
+    high-water mark (measured at 4 blocks: 141 MiB above the first step's start against 86 with the arena off,
+    native with checkpointing 22). With ORT's defaults the arena is off there."""
+    defaults = {key: value for key, value in ENV.items() if key != "ORT_ZERO_CPU_MEM_ARENA"}
+    runs = {
+        arena: train(tmp_path / f"arena_{arena}", "ort", level=1, env=env)
+        for arena, env in (("default", defaults), ("on", {**defaults, "ORT_ZERO_CPU_MEM_ARENA": "1"}))
+    }
+    for rank in range(2):
+        default, kept = (max(runs[arena][rank]["optimizer_step_mib"][1:]) for arena in ("default", "on"))
+        assert default < kept - 8 * SLACK_MIB, f"rank {rank}: {default:.0f} MiB with ORT's defaults, {kept:.0f} kept"
+        assert runs["default"][rank]["ort"]["training"]["cpu_mem_arena"] is False
+        assert runs["on"][rank]["ort"]["training"]["cpu_mem_arena"] is True
+        assert_same_training(runs["default"][rank], runs["on"][rank], rel=1e-6)

@@ -24,7 +24,7 @@ def test_a_bad_trim_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) 
         settings.trim_heap()
 
 
-@pytest.mark.parametrize("variable", ["ORT_ZERO_TRIM_HEAP", "ORT_ZERO_OUTPUT_POOL"])
+@pytest.mark.parametrize("variable", ["ORT_ZERO_TRIM_HEAP", "ORT_ZERO_OUTPUT_POOL", "ORT_ZERO_CPU_MEM_ARENA"])
 def test_a_bad_switch_stops_enable_zero3_naming_it(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
     import ort_zero
 
@@ -40,3 +40,14 @@ def test_the_output_pool_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.output_pool() is True
     monkeypatch.setenv("ORT_ZERO_OUTPUT_POOL", "0")
     assert settings.output_pool() is False
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, None), ("", None), ("1", True), ("0", False)])
+def test_the_cpu_arena_is_left_to_ort_zero_unless_set(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None, expected: bool | None
+) -> None:
+    if raw is None:
+        monkeypatch.delenv("ORT_ZERO_CPU_MEM_ARENA", raising=False)
+    else:
+        monkeypatch.setenv("ORT_ZERO_CPU_MEM_ARENA", raw)
+    assert settings.cpu_mem_arena() is expected

@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 
+from ... import settings
 from ...foreign import ortmodule
 from ...stack.cuda_provider import cuda_provider_required
+from ..passes.recompute import recompute_record
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +61,7 @@ def loud_fallback(original: Callable) -> Callable:
 def session_options(original: Callable) -> Callable:
     """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
 
-    With ORT_ZERO_CPU_MEM_ARENA=0 ORT's CPU arena is off: the arena keeps its high-water mark, grown in powers of
-    two, so a process's memory shows neither what a step needs nor what a memory optimization saves. With
+    ORT's CPU arena as `cpu_arena_kept` decides. With
     ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to <prefix>[_rank<R>]_<date>.json
     (`profile_written_at_exit`)."""
 
@@ -68,14 +69,29 @@ def session_options(original: Callable) -> Callable:
     def _get_session_config(self: Any) -> Any:
         session_options, providers, provider_options = original(self)
         session_options.intra_op_num_threads = threads_per_rank()
-        if os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "1") == "0":
-            session_options.enable_cpu_mem_arena = False
+        session_options.enable_cpu_mem_arena = session_options.enable_cpu_mem_arena and cpu_arena_kept(self)
         if prefix := profile_prefix():
             session_options.enable_profiling = True
             session_options.profile_file_prefix = prefix
         return session_options, providers, provider_options
 
     return _get_session_config
+
+
+def cpu_arena_kept(manager: Any) -> bool:
+    """ORT_ZERO_CPU_MEM_ARENA when set. Otherwise the arena stays, but for a graph on the CPU that recomputes its
+    layers (ORTMODULE_MEMORY_OPT_LEVEL, the Trainer's gradient checkpointing): the arena never hands memory back, so
+    it would hold the recompute's high-water mark through the optimizer step that the recompute exists to lower
+    (measured in docs/benchmarks.md). Like torch's CPU tensors, ORT's then come from glibc's heap, whose trims hand
+    them back."""
+    if (chosen := settings.cpu_mem_arena()) is not None:
+        return chosen
+    model = ortmodule.optimized_model(manager)
+    recomputes = model is not None and recompute_record(model.graph)["layers"]
+    if recomputes and ortmodule.device(manager).type == "cpu":
+        logger.info("ort_zero: ORT's CPU arena off: the graph recomputes layers (ORT_ZERO_CPU_MEM_ARENA=1 keeps it)")
+        return False
+    return True
 
 
 def threads_per_rank() -> int:

@@ -1,7 +1,8 @@
 """Train the small GPT with ZeRO-3 on this rank: native DeepSpeed (optionally checkpointing every block with
 torch.utils.checkpoint) or in ORT through ort_zero at a recompute level. Writes `<out>/rank<r>.json`: per step the
-loss and the RSS the forward left allocated (what is held for the backward: activations and gathered parameters;
-run with MALLOC_MMAP_THRESHOLD_ low so that freed tensors leave RSS), the step peak, the last step's reduced
+loss, the RSS the forward left allocated (what is held for the backward: activations and gathered parameters;
+run with MALLOC_MMAP_THRESHOLD_ low so that freed tensors leave RSS) and the RSS above the first step's start that
+the optimizer step begins on, the step peak, the last step's reduced
 gradients, the final parameters, ORT's run record and, in ORT, what ORTModule keeps besides its session."""
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def main() -> None:
         model = ORTModule(model)
     engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), config=config)
     process = psutil.Process()
-    held_mib, losses, peak = [], [], RssPeak(process)
+    held_mib, optimizer_step_mib, losses, peak = [], [], [], RssPeak(process)
+    start_rss = process.memory_info().rss
     for step in range(args.steps):
         if step == 1:  # the first step exports the model and builds ORT's session
             peak.start()
@@ -125,13 +127,15 @@ def main() -> None:
         engine.backward(loss)
         if step == args.steps - 1:  # the gradients DeepSpeed reduced (before the step), per parameter in model order
             grads = [safe_get_full_grad(param).flatten()[:64].tolist() for param in engine.module.parameters()]
+        optimizer_step_mib.append((process.memory_info().rss - start_rss) / 2**20)
         engine.step()
         losses.append(loss.item())
     params = []  # in model order: ORTModule prefixes the names
     for param in engine.module.parameters():
         with deepspeed.zero.GatheredParameters([param]):
             params.append(param.detach().flatten()[:64].tolist())
-    result = {"held_mib": held_mib, "step_peak_mib": peak.stop(), "losses": losses, "params": params, "grads": grads}
+    result = {"held_mib": held_mib, "optimizer_step_mib": optimizer_step_mib, "step_peak_mib": peak.stop()}
+    result |= {"losses": losses, "params": params, "grads": grads}
     if args.mode == "ort":
         from ort_zero.ort.inspection import ort_run_record
 

@@ -40,6 +40,7 @@ def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
     assert before["training"] == {
         "session": False,
         "providers": [],
+        "cpu_mem_arena": None,
         "python_ops": [],
         "backward_reads_of_forward_gathers": [],
         "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0, "recomputed_python_ops": {}},
@@ -50,17 +51,19 @@ def test_record_names_the_sessions_and_python_ops_that_ran() -> None:
     assert record["training"] == {
         "session": True,
         "providers": ["CPUExecutionProvider"],
+        "cpu_mem_arena": True,  # kept: nothing is recomputed
         "python_ops": [function_name(Double)],
         "backward_reads_of_forward_gathers": [],
         "recompute": {"level": 0, "layers": [], "plans": {}, "recomputed_nodes": 0, "recomputed_python_ops": {}},
     }
-    assert record["inference"] == {"session": False, "providers": [], "python_ops": []}
+    assert record["inference"] == {"session": False, "providers": [], "cpu_mem_arena": None, "python_ops": []}
 
     with torch.no_grad():
         model(torch.randn(2, 4))
     assert ort_run_record(model)["inference"] == {
         "session": True,
         "providers": ["CPUExecutionProvider"],
+        "cpu_mem_arena": True,
         "python_ops": [function_name(Double)],
     }
 
