@@ -80,9 +80,9 @@ def main() -> int:
     parser.add_argument(
         "--ort-arena",
         action="store_true",
-        help="keep ORT's CPU arena in the GPT sweep, where it is off by default (ORT_ZERO_CPU_MEM_ARENA=0): it keeps "
-        "its high-water mark, grown in powers of two, so RSS would show neither what a step needs nor what recompute "
-        "saves",
+        help="keep ORT's CPU arena in every session of the GPT sweep (ORT_ZERO_CPU_MEM_ARENA=1), where it is off by "
+        "default (=0): it keeps its high-water mark, grown in powers of two, so RSS would show neither what a step "
+        "needs nor what recompute saves",
     )
     args = parser.parse_args()
     if args.sweep_depth and args.sweep_gpt_depth:
@@ -102,7 +102,7 @@ def main() -> int:
             rows = run_configs(args, ["--model", "stack", "--depth", str(depth), *batch], FREED_AT_ONCE)
             print_table(f"stack of {depth} x Linear(2048)", rows, args)
     elif args.sweep_gpt_depth:
-        env = FREED_AT_ONCE if args.ort_arena else {**FREED_AT_ONCE, "ORT_ZERO_CPU_MEM_ARENA": "0"}
+        env = {**FREED_AT_ONCE, "ORT_ZERO_CPU_MEM_ARENA": "1" if args.ort_arena else "0"}
         for n_layer in args.sweep_gpt_depth:
             rows = run_configs(args, [*gpt, "--n-layer", str(n_layer)], env)
             print_table(f"GPT {n_layer} x 256, {gpt_title}", rows, args)
