@@ -61,9 +61,8 @@ def loud_fallback(original: Callable) -> Callable:
 def session_options(original: Callable) -> Callable:
     """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
 
-    ORT's CPU arena as `cpu_arena_kept` decides. With
-    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to <prefix>[_rank<R>]_<date>.json
-    (`profile_written_at_exit`)."""
+    ORT's CPU arena is kept or not as `cpu_arena_kept` decides. With ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler
+    records every node's time, written to <prefix>[_rank<R>]_<date>.json (`profile_written_at_exit`)."""
 
     @functools.wraps(original)
     def _get_session_config(self: Any) -> Any:
@@ -114,8 +113,8 @@ def profile_written_at_exit(original: Callable) -> Callable:
     """Wraps a manager's `_create_execution_agent`: ORT writes a session's profile when the session ends or is freed,
     and ORTModule's sessions usually live until the interpreter exits without freeing them (the file stayed empty).
     With the profiler on, each session's profile is ended at exit; one freed before has written its own. The profile of
-    the session ORT builds only to probe its memory optimizer is removed: it ran nothing, and a second after the real
-    one's start it was a second file."""
+    the session ORT builds only to probe its memory optimizer is removed: it ran nothing, and started in another
+    second than the real session it left a second file."""
 
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
