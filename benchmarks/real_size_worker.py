@@ -62,13 +62,15 @@ class RssSampler(threading.Thread):
 
 
 class PhaseFaults:
-    """Pages faulted in per step by the DeepSpeed engine's forward, backward and optimizer step: where a step's
-    system time goes when freed memory handed back to the OS is used again (docs/benchmarks.md)."""
+    """Pages faulted in, and wall seconds, per step in the DeepSpeed engine's forward, backward and optimizer step:
+    where a step's system time goes when freed memory handed back to the OS is used again (docs/benchmarks.md), and
+    which phase a slower step is slower in."""
 
     PHASES = {"forward": "forward", "backward": "backward", "step": "optimizer"}
 
     def __init__(self) -> None:
         self.faults = dict.fromkeys(self.PHASES.values(), 0)
+        self.seconds = dict.fromkeys(self.PHASES.values(), 0.0)
 
     def count(self, engine_class: type) -> None:
         for method, phase in self.PHASES.items():
@@ -76,16 +78,18 @@ class PhaseFaults:
 
     def _counted(self, method: Any, phase: str) -> Any:
         def counted(engine: Any, *args: Any, **kwargs: Any) -> Any:
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            before, began = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
             try:
                 return method(engine, *args, **kwargs)
             finally:
                 self.faults[phase] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+                self.seconds[phase] += time.perf_counter() - began
 
         return counted
 
-    def take(self) -> dict[str, int]:
-        taken, self.faults = self.faults, dict.fromkeys(self.PHASES.values(), 0)
+    def take(self) -> tuple[dict[str, int], dict[str, float]]:
+        taken = self.faults, self.seconds
+        self.faults, self.seconds = dict.fromkeys(self.PHASES.values(), 0), dict.fromkeys(self.PHASES.values(), 0.0)
         return taken
 
 
@@ -149,8 +153,8 @@ def main() -> None:
                 "rss_mib": rss,
                 "malloced_mib": malloced_mib(),
                 "minor_faults": usage.ru_minflt - before.ru_minflt,  # pages touched afresh
-                "faults_by_phase": phase_faults.take(),
             }
+            step["faults_by_phase"], step["seconds_by_phase"] = phase_faults.take()
             self.steps.append(step)
 
     import deepspeed

@@ -2,15 +2,16 @@
 
 On CPU every step's activations are freed after the backward and handed back to the OS (`zero3.heap`), and the next
 forward faults them in again, page by page: at seq 1024 on a 162M LLaMA that was 1.3 GiB a step, the system time that
-made ORT's step 1.16-1.20x native's. The linear layers' outputs (and their input gradients) are most of those bytes
-and have the same sizes every step, so `LinearInTorch` takes them from this pool: a buffer is handed out again once
-nothing but the pool holds its storage (ORT has released the tensor), so its pages stay resident and are not faulted
-again. Sizes are matched by capacity, so a shorter batch reuses a longer one's buffer; a buffer a whole step did not
-use is dropped at that step's end (`end_step`), so changing shapes cannot grow the pool. A new session's first run
-is not a step's pattern: it held 89 buffers (614 MiB) at once where each later step needed 29 (434 MiB; 162M LLaMA,
-seq 1024), and kept through the second step those lifted its peak by ~350 MiB at seq 2048; so what the pool holds
-after a first run is dropped. The LM head's logits are pooled too, though glibc maps so large a block on its own:
-left to torch, a step at seq 2048 took 1.06x native's instead of 0.98x (its system time 4.5-4.8 s against 3.4-3.7).
+made ORT's step 1.16-1.20x native's. The linear layers' outputs (and their input gradients) are most of those bytes and
+have the same sizes every step, so `LinearInTorch` takes them from this pool, and the copies of its inputs it keeps for
+the weight's gradient: a buffer is handed out again once nothing but the pool holds its storage (ORT has released the
+tensor, or the backward its copy), so its pages stay resident and are not faulted again. Sizes are matched by capacity,
+so a shorter batch reuses a longer one's buffer; a buffer a whole step did not use is dropped at that step's end
+(`end_step`), so changing shapes cannot grow the pool. A new session's first run is not a step's pattern: it held 89
+buffers (614 MiB) at once where each later step needed 29 (434 MiB; 162M LLaMA, seq 1024), and kept through the second
+step those lifted its peak by ~350 MiB at seq 2048; so what the pool holds after a first run is dropped. The LM head's
+logits are pooled too, though glibc maps so large a block on its own: left to torch, a step at seq 2048 took 1.06x
+native's instead of 0.98x (its system time 4.5-4.8 s against 3.4-3.7).
 ORT_ZERO_OUTPUT_POOL=0 turns it off (`settings.output_pool`).
 """
 

@@ -18,6 +18,7 @@ from ort_zero.foreign import ortmodule as ort_internals
 from ort_zero.ort.export.context import is_stand_in, stood_in_for_export
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.torch_kernels import LinearInTorch
+from ort_zero.ort.torch_kernels.output_pool import POOL
 from ort_zero.python_op import function_name, function_name_of
 
 KERNEL = function_name(LinearInTorch)
@@ -74,6 +75,19 @@ def test_linears_reading_the_same_input_keep_one_copy(train_step: TrainStep) -> 
     # per layer: q, k, v share one copy, o its own, gate and up share one, down its own; and the LM head's
     assert len(kept) == 7 * LAYERS + 1
     assert len({t.data_ptr() for t in kept}) == 4 * LAYERS + 1
+
+
+def test_the_kept_copies_are_written_into_the_output_pool(train_step: TrainStep) -> None:
+    """Not into fresh memory, whose pages a large copy faults in again every step."""
+    model = train_step(_llama, ("torch_kernels",))["model"]
+    ids = torch.randint(0, 96, (2, 24))
+    with patches.applied("torch_kernels"):
+        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
+        kept = {t.untyped_storage().data_ptr() for t in _kept_inputs()}
+        pool = {b.tensor.untyped_storage().data_ptr() for buffers in POOL.buffers.values() for b in buffers}
+        loss.backward()
+    assert len(kept) == 4 * LAYERS + 1
+    assert kept <= pool
 
 
 class ScaledHead(torch.nn.Linear):
