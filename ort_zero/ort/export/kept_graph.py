@@ -16,32 +16,25 @@ import torch
 from ...hooks.export_mode import is_exporting
 
 
-def contiguous_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """torch's copy of a tensor, laid out contiguously."""
-    return tensor.detach().clone(memory_format=torch.contiguous_format)
-
-
 def forward_keeping_graph(
     ctx: Any,
     op: Callable[..., torch.Tensor],
     tensors: tuple[torch.Tensor, ...],
     differentiable: tuple[bool, ...] | None = None,
-    copy: Callable[[torch.Tensor], torch.Tensor] = contiguous_copy,
 ) -> torch.Tensor:
     """`op(*tensors)` run by torch with autograd on (a Function's forward runs without), its graph kept in `ctx` when
     an input wants a gradient. `differentiable` (default: all) says which inputs the graph may differentiate: the
-    others (masks, indices) get no gradient, but are copied too, as the graph may read them in the backward. `copy`
-    makes the contiguous copies of the inputs and the output (a kernel may take them from a pool)."""
+    others (masks, indices) get no gradient, but are copied too, as the graph may read them in the backward."""
     differentiable = differentiable or (True,) * len(tensors)
     wanted = tuple(w and d for w, d in zip(ctx.needs_input_grad[: len(tensors)], differentiable, strict=True))
     keep = any(wanted) and not is_exporting()  # the trace's forward has no backward
     with torch.enable_grad():
         inputs = tuple(
-            (copy(t) if keep else t.detach()).requires_grad_(w) for t, w in zip(tensors, wanted, strict=True)
+            (t.detach().clone() if keep else t.detach()).requires_grad_(w) for t, w in zip(tensors, wanted, strict=True)
         )
         output = op(*inputs)
     ctx.graph = (inputs, output) if keep else None
-    return copy(output) if keep else output.contiguous()
+    return output.detach().clone(memory_format=torch.contiguous_format) if keep else output.contiguous()
 
 
 def backward_through_graph(ctx: Any, grad: torch.Tensor, non_tensors: int) -> tuple[torch.Tensor | None, ...]:

@@ -1,14 +1,13 @@
 """Attention as torch's fused kernel inside ORT's graph.
 
 torch's exporter writes `F.scaled_dot_product_attention` as MatMul + Softmax, so ORT keeps a heads x seq x seq
-probability tensor per layer for the backward (48 MiB per layer at 12 heads, seq 1024) where torch's fused kernel keeps
-its output and a log-sum-exp per row. While a ZeRO-3 model is exported, `F.scaled_dot_product_attention` (what
-transformers' default `sdpa` attention calls) is replaced by `ScaledDotProductAttention`, which ORT runs as a PythonOp:
-its forward is torch's own call (on CPU the flash kernel, on CUDA whatever torch picks) and its backward that kernel's
-backward, on what the kernel saved (its inputs and output copied into the output pool's buffers). The layer-wise
-recompute (`ORTMODULE_MEMORY_OPT_LEVEL` 1/2) runs it again in the backward (`RECOMPUTABLE`), as it re-runs the rest of a
-layer. A mask that is exactly causal runs as `is_causal`, as natively (`is_causal_mask`). `eager` attention never calls
-it.
+probability tensor per layer for the backward (48 MiB per layer at 12 heads, seq 1024) where torch's fused kernel
+keeps its output and a log-sum-exp per row. While a ZeRO-3 model is exported, `F.scaled_dot_product_attention` (what
+transformers' default `sdpa` attention calls) is replaced by `ScaledDotProductAttention`, which ORT runs as a
+PythonOp: its forward is torch's own call (on CPU the flash kernel, on CUDA whatever torch picks) and its backward
+that kernel's backward, on what the kernel saved. The layer-wise recompute (`ORTMODULE_MEMORY_OPT_LEVEL` 1/2) runs it
+again in the backward (`RECOMPUTABLE`), as it re-runs the rest of a layer. A mask that is exactly causal runs as
+`is_causal`, as natively (`is_causal_mask`). `eager` attention never calls it.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import torch
 from ..export.kept_graph import backward_through_graph, forward_keeping_graph
 from .context import wanted_grads
 from .failures import kernel_failure
-from .output_pool import pooled_copy
 
 
 class ScaledDotProductAttention(torch.autograd.Function):
@@ -50,8 +48,7 @@ class ScaledDotProductAttention(torch.autograd.Function):
         attend = functools.partial(
             _torch_attention, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
         )
-        differentiable = (True, True, True, False)[: len(tensors)]
-        return forward_keeping_graph(ctx, attend, tensors, differentiable, copy=pooled_copy)
+        return forward_keeping_graph(ctx, attend, tensors, differentiable=(True, True, True, False)[: len(tensors)])
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:

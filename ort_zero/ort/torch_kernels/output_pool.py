@@ -96,9 +96,3 @@ def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) 
     if any(t.dtype != like.dtype or t.device != like.device for t in operands):
         return None
     return POOL.take(shape, like.dtype)
-
-
-def pooled_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of `tensor` in a pool buffer, or torch's where the pool does not serve (`pooled`)."""
-    buffer = pooled(tuple(tensor.shape), tensor)
-    return tensor.detach().clone(memory_format=torch.contiguous_format) if buffer is None else buffer.copy_(tensor)
