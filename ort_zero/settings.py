@@ -35,8 +35,7 @@ def trim_heap() -> bool:
 
 def output_pool() -> bool:
     """Whether the linear layers ORT runs in torch on CPU write their outputs and kept inputs into buffers kept from
-    step to step
-    (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.ort.torch_kernels.output_pool`)."""
+    step to step (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.ort.torch_kernels.output_pool`)."""
     return _switch("ORT_ZERO_OUTPUT_POOL", "keep the buffers, the default")
 
 
