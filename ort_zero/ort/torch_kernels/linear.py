@@ -4,7 +4,7 @@ ORT 1.19.2's CPU MatMul (MLAS) takes 1.26x torch's time for a LLaMA-160M MLP's [
 for its LM head's [1024, 768] x [768, 32000] (one thread each, measured 2026-11-26), and at long sequences a step is
 matmuls: ORT-ZeRO3's step at seq 1024 took 1.26x native's. While a ZeRO-3 model is exported, `nn.Linear.forward`
 runs as `LinearInTorch`, a PythonOp whose forward and backward are torch's matmuls, as DeepSpeed's own ZeRO-3 linear
-runs in torch. The layer-wise recompute re-runs it like the rest of a layer.
+runs in torch. The layer-wise recompute re-runs it like the rest of a layer (the forward's call then keeps nothing).
 
 While a ZeRO-3 model is traced for its export, its partitioned weights are stand-ins of zeros
 (`ort.export.context`): a layer's output is then its bias, or zeros, and the trace records the PythonOp, not what
@@ -39,12 +39,14 @@ class LinearInTorch(torch.autograd.Function):
         linear: torch.nn.Module,
         *params: torch.Tensor,
     ) -> torch.Tensor:
-        wanted_grads(ctx, input, linear, *params)
+        wanted = wanted_grads(ctx, input, linear, *params)
         names = [name for name, _ in _named_linear_params(linear)]
         gathered = dict(zip(names, params, strict=True))
         ctx.linear = linear
         ctx.params = [(p, g.shape, g.dtype) for p, g in zip(linear_params(linear), params, strict=True)]
-        keep = linear.weight.requires_grad and not is_exporting()  # the trace's forward has no backward
+        # no backward reads this call's context: the export's trace, or the forward of a layer the layer-wise
+        # recompute runs again for its backward (ORT runs it without autograd: no input wants a gradient)
+        keep = linear.weight.requires_grad and any(wanted) and not is_exporting()
         ctx.input = _SharedCopy.of(input) if keep else None
         if is_exporting() and is_stand_in(gathered["weight"]):
             return _output_of_zeros(input, gathered["weight"], gathered.get("bias"))

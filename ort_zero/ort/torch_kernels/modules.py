@@ -37,7 +37,7 @@ def forward_on_own_params(
     own = own_params(module)
     wanted = [w and t.is_floating_point() for t, w in zip(inputs, ctx.needs_input_grad, strict=False)]
     keep = any(ctx.needs_input_grad) and not is_exporting()  # the trace's forward has no backward
-    with torch.enable_grad(), _holding(own, gathered):
+    with torch.set_grad_enabled(keep), _holding(own, gathered):  # no graph where none is kept
         copies = [
             (t.detach().clone() if keep else t.detach()).requires_grad_(w) for t, w in zip(inputs, wanted, strict=True)
         ]
