@@ -13,6 +13,7 @@ GRAPH_TRANSITION = "ort.ortmodule.graph_transition_manager"
 TRAINING = "ort.ortmodule.training_manager"
 EXECUTION = "ort.ortmodule.graph_execution_manager"
 FOOTPRINT = "ort.ortmodule.footprint"
+INFERENCE = "ort.ortmodule.inference_manager"
 
 for _name, _owner, _attribute, _reason, _factory in [
     (
@@ -160,6 +161,14 @@ ort_patch(
     "recompute: 0.6 GiB per rank on a 162M LLaMA at seq 1024), the first also the export's garbage (1.0 GiB): after "
     "each the heap's free pages go back to the OS.",
     deferred(lambda: ort_zero_module(FOOTPRINT).trimmed_after_forward),
+)  # fmt: skip
+
+ort_patch(
+    "ort", "ort.half_precision_inference_graph", f"{ORTM}._inference_manager:InferenceManager", "_build_graph",
+    "ORT's graph-optimizer registry runs on training graphs only, and ORT 1.19.2's CPU provider has no bf16 kernel "
+    "for most ops (Add, Mul, its fused RMSNorm): a bf16 model's no_grad forward stopped at session creation "
+    "(NOT_IMPLEMENTED); its inference graph gets the training graph's float32 fallback for those nodes.",
+    deferred(lambda: ort_zero_module(INFERENCE).graph_built),
 )  # fmt: skip
 
 

@@ -34,9 +34,12 @@ def graph_optimizers(original: Any) -> Any:
 
     def optimize_all(cls: type, module_name: str, device: str, graph: Any) -> None:
         original.__get__(None, cls)(module_name, device, graph)
-        training = TrainingGraph(graph, settings.recompute_level())
+        manager = _BUILDING.get()
+        model = ortmodule.optimized_model(manager) if manager is not None else None
+        opsets = tuple(model.opset_import) if model is not None else ()
+        training = TrainingGraph(graph, settings.recompute_level(), device, opsets)
         run_training_graph_passes(training)
-        if (manager := _BUILDING.get()) is not None:
+        if manager is not None:
             ortmodule.give_scalar_output_grads(manager, training.scalar_output_grads)
             # this model's earlier graph is gone: its plans go (the new graph's plans for the same PythonOps stay)
             previous = ortmodule.keep_for_fallback(manager, "buffer_plans", training.buffer_plans)

@@ -51,6 +51,8 @@ class TrainingGraph:
 
     graph: onnx.GraphProto
     recompute_level: int
+    device: str = "cpu"  # the type of the device the session runs on ("cpu", "cuda")
+    opsets: tuple[onnx.OperatorSetIdProto, ...] = ()  # the model's opset imports
     provided: set[str] = field(default_factory=set)
     # how ORT plans the pass-through PythonOps' memory here (passthrough_buffers); the model's ORTModule keeps it
     buffer_plans: BufferPlans = field(default_factory=BufferPlans)

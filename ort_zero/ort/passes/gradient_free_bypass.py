@@ -26,8 +26,8 @@ import onnx
 
 from ...python_op import function_name, function_name_of, ints_attribute
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
+from ..graph.types import element_types
 from .base import ExportedGraph, GraphPass
-from .same_type_casts import element_types
 
 logger = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ training graph (ORT's graph-optimizer registry, before the session exists):
     scalar_output_grads   a model output whose gradient ORT only adds to its own takes a scalar zero when none is given
     yield_from_makers     the YieldOp reads model outputs from the kernels that made them, not from bridge copies
     passthrough_buffers   ORT's buffer plan alone owns what the pass-through PythonOps return
+    half_precision_casts  nodes the provider cannot run in bf16/fp16 compute in float32 between Casts
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from . import (
     custom_gradients,
     gradient_free_bypass,
     grouped_conv_1d,
+    half_precision_casts,
     mem_efficient_grads,
     passthrough_buffers,
     recompute,
@@ -51,6 +53,7 @@ TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (
     scalar_output_grads.PASS,
     yield_from_makers.PASS,
     passthrough_buffers.PASS,
+    half_precision_casts.PASS,
 )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..graph.edit import replace_input_uses
+from ..graph.types import element_types
 from .base import ExportedGraph, GraphPass
 
 logger = logging.getLogger(__name__)
@@ -29,18 +30,6 @@ class RemovedCasts:
     def log(self) -> None:
         if self.removed:
             logger.info("ort_zero: removed %d same-type Casts whose output a node reads twice", len(self.removed))
-
-
-def element_types(graph: onnx.GraphProto) -> dict[str, int]:
-    """The element type of every value the graph declares (inputs, initializers, value_info, outputs, Constants)."""
-    types = {value.name: value.type.tensor_type.elem_type for value in (*graph.input, *graph.value_info, *graph.output)}
-    types.update({initializer.name: initializer.data_type for initializer in graph.initializer})
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    types[node.output[0]] = attribute.t.data_type
-    return {name: elem_type for name, elem_type in types.items() if elem_type}
 
 
 def _cast_to(node: onnx.NodeProto) -> int | None:

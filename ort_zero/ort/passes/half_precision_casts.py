@@ -1,0 +1,119 @@
+"""Training-graph pass: a node the session's provider cannot run in bfloat16 or float16 computes in float32.
+
+A bf16 model's graph is bf16 throughout, and ORT 1.19.2's CPU provider has bf16 kernels for Cast and the
+data-movement ops only: not for Add, Mul, ReduceMean, Sigmoid, nor the fused RMSNorm its own optimizer writes
+(`SimplifiedLayerNormalization`), so the session refuses the graph (NOT_IMPLEMENTED). The heavy ops (linear layers,
+attention, experts, the loss) already run as torch's kernels in PythonOps, in the model's dtype. Every other node
+the provider has no kernel for (asked of the provider: `graph.kernels`) reads its 16-bit inputs through a Cast to
+float32, and its 16-bit outputs are Cast back, where it writes them. That is what torch's own CPU kernels do with
+bf16 elementwise math (compute in float32, round the result once), so values and gradients keep the model's dtype
+between nodes, and what the forward keeps for the backward stays 16-bit: each backward node widens its own inputs.
+On CUDA, where ORT has the kernels, the pass changes nothing.
+
+A node that has no float32 kernel either cannot run at all: that is one error naming the op and the module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import TensorProto, helper
+
+from ..graph.kernels import has_kernel
+from ..graph.types import value_types
+from .base import GraphPass, TrainingGraph
+
+logger = logging.getLogger(__name__)
+
+HALF_TYPES = {TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT16: "float16"}
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+@dataclass
+class HalfPrecisionCasts:
+    """What the pass did to one training graph: per op type, how many nodes now compute in float32."""
+
+    widened: Counter = field(default_factory=Counter)
+    casts: int = 0
+
+    def log(self) -> None:
+        if self.widened:
+            ops = ", ".join(f"{op} {count}" for op, count in sorted(self.widened.items()))
+            logger.info(
+                "ort_zero: %d nodes without a 16-bit kernel on this device compute in float32 between %d Casts (%s)",
+                sum(self.widened.values()),
+                self.casts,
+                ops,
+            )
+
+
+class UnsupportedOpError(RuntimeError):
+    """An op the session's provider cannot run in the model's dtype nor in float32."""
+
+
+def run(training: TrainingGraph) -> HalfPrecisionCasts:
+    return widen_unsupported(training.graph, training.device, list(training.opsets))
+
+
+def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.OperatorSetIdProto]) -> HalfPrecisionCasts:
+    """The pass on any graph ORT is about to build a session of (the training graph, or ORTModule's inference
+    graph) for a device of type `device`."""
+    report = HalfPrecisionCasts()
+    types = value_types(graph, opsets)
+    if not any(elem_type in HALF_TYPES for elem_type in types.values()):
+        return report
+    provider = PROVIDERS.get(device, "CPUExecutionProvider")
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        half = [name for name in (*node.input, *node.output) if name and types.get(name) in HALF_TYPES]
+        if not half or has_kernel(node, types, opsets, provider):
+            nodes.append(node)
+            continue
+        before, wide, after = _widened(node, types, report)
+        if not has_kernel(wide, types, opsets, provider):
+            raise UnsupportedOpError(_unsupported(node, types, device))
+        nodes += [*before, wide, *after]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return report
+
+
+def _widened(
+    node: onnx.NodeProto, types: dict[str, int], report: HalfPrecisionCasts
+) -> tuple[list[onnx.NodeProto], onnx.NodeProto, list[onnx.NodeProto]]:
+    """Casts to float32 of the node's 16-bit inputs, the node reading them (its 16-bit outputs written in float32),
+    and the Casts of those outputs back to their type; `types` learns the new values."""
+    before, after = [], []
+    wide = onnx.NodeProto()
+    wide.CopyFrom(node)
+    for index, name in enumerate(node.input):
+        if name and types.get(name) in HALF_TYPES:
+            cast_name = f"{node.name}/widen_input{index}"
+            wide.input[index] = f"{cast_name}_out"
+            before.append(helper.make_node("Cast", [name], [wide.input[index]], cast_name, to=TensorProto.FLOAT))
+            types[wide.input[index]] = TensorProto.FLOAT
+    for index, name in enumerate(node.output):
+        if name and types.get(name) in HALF_TYPES:
+            cast_name = f"{node.name}/narrow_output{index}"
+            wide.output[index] = f"{cast_name}_in"
+            after.append(helper.make_node("Cast", [wide.output[index]], [name], cast_name, to=types[name]))
+            types[wide.output[index]] = TensorProto.FLOAT
+    report.widened[node.op_type] += 1
+    report.casts += len(before) + len(after)
+    return before, wide, after
+
+
+def _unsupported(node: onnx.NodeProto, types: dict[str, int], device: str) -> str:
+    dtype = next(HALF_TYPES[types[name]] for name in (*node.input, *node.output) if types.get(name) in HALF_TYPES)
+    return (
+        f"ort_zero: ONNX Runtime has no {device} kernel for {node.op_type} (node '{node.name}') in {dtype} nor in "
+        f"float32, so this model cannot train in {dtype} in ORT on {device}: train it in float32 (no bf16/fp16 "
+        "section in the DeepSpeed config), or without ORTModule"
+    )
+
+
+# Last: every node the other passes insert or copy (recompute's copies, the backward's gathers) is covered too.
+PASS = GraphPass("half_precision_casts", run)
