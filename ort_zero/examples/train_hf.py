@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="eager, sdpa, ... (default: what from_pretrained gives, sdpa where the type has it)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        default="fp32",
+        help="TrainingArguments(bf16=True / fp16=True): the config's 'auto' precision sections follow",
+    )
     parser.add_argument("--seq-len", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=2, help="per rank and micro-batch")
     parser.add_argument(
@@ -157,6 +163,8 @@ def training_arguments(args: argparse.Namespace, **overrides: Any) -> Any:
         activation_checkpointing=args.gradient_checkpointing,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         seed=args.seed,
+        bf16=args.precision == "bf16",
+        fp16=args.precision == "fp16",
         report_to=[],
         disable_tqdm=True,
         dataloader_num_workers=0,

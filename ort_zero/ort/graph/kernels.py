@@ -16,6 +16,10 @@ from onnx import helper
 
 # ORT's own nodes that the probe cannot rebuild alone (their kernels take any element type)
 _NOT_PROBED = frozenset({"PythonOp", "PythonOpGrad", "YieldOp"})
+# Kernels registered for every element type that refuse 16-bit floats only when they run (ORT 1.19.2's CPU Split:
+# "Split operator does not support BFloat16 yet", met in LLaMA's rotary gradient); the probe builds, never runs.
+_REFUSED_WHEN_RUN = {"CPUExecutionProvider": frozenset({"Split", "SplitTraining"})}
+_HALF = frozenset({onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16})
 
 
 @functools.cache
@@ -39,6 +43,8 @@ def has_kernel(
 
     A node whose types are not all known, or that the probe cannot rebuild, is taken as runnable: ORT itself then
     decides, at session creation."""
+    if node.op_type in _REFUSED_WHEN_RUN.get(provider, ()):
+        return not any(types.get(name) in _HALF for name in (*node.input, *node.output))
     if node.op_type in _NOT_PROBED or any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):

@@ -37,9 +37,13 @@ def value_types(graph: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto]) -
 
 def _add_ort_op_types(graph: onnx.GraphProto, types: dict[str, int]) -> None:
     for node in graph.node:
-        if node.domain != "com.microsoft":
+        if node.op_type == "SimplifiedLayerNormalization" and node.domain in ("", "ai.onnx"):  # ORT's, in ONNX's domain
+            scale = types.get(node.input[1], types.get(node.input[0]))
+            stash = next((a.i for a in node.attribute if a.name == "stash_type"), TensorProto.FLOAT)
+            declared = [(node.output[0], scale), *((name, stash) for name in node.output[1:2])]
+        elif node.domain != "com.microsoft":
             continue
-        if node.op_type in ("PythonOp", "PythonOpGrad"):
+        elif node.op_type in ("PythonOp", "PythonOpGrad"):
             outputs = node.output[1:] if node.op_type == "PythonOp" else node.output
             declared = zip(outputs, ints_attribute(node, "output_tensor_types"), strict=False)
         elif node.op_type == "ConcatTraining" and node.input[0] in types:

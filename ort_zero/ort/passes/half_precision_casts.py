@@ -63,6 +63,10 @@ def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.Ope
     graph) for a device of type `device`."""
     report = HalfPrecisionCasts()
     types = value_types(graph, opsets)
+    import os
+
+    if os.environ.get("DUMPG") and os.environ.get("RANK") == "0":
+        onnx.save(helper.make_model(graph, opset_imports=opsets), os.environ["DUMPG"])
     if not any(elem_type in HALF_TYPES for elem_type in types.values()):
         return report
     provider = PROVIDERS.get(device, "CPUExecutionProvider")
