@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=0, help="> 0: a Qwen3-MoE with this many experts per layer")
     parser.add_argument("--top-k", type=int, default=4)
     parser.add_argument("--activation-checkpointing", action="store_true")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="TrainingArguments(bf16=...)")
     parser.add_argument("--deepspeed", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--local_rank", type=int, default=None)
@@ -176,6 +177,7 @@ def main() -> None:
         seed=1234,
         disable_tqdm=True,
         activation_checkpointing=args.activation_checkpointing,
+        bf16=args.precision == "bf16",
     )
     sizes = {
         "vocab_size": args.vocab, "hidden_size": args.hidden, "num_hidden_layers": args.layers,
@@ -215,6 +217,8 @@ def main() -> None:
         "experts_implementation": getattr(model.config, "_experts_implementation", None) if args.experts else None,
         "seq_len": args.seq_len,
         "activation_checkpointing": args.activation_checkpointing,
+        "precision": args.precision,
+        "parameter_dtype": str(next(model.parameters()).dtype),
         "rss_before_train_mib": rss_before,
         "steps": [
             {**step, "loss": log["loss"], "grad_norm": log.get("grad_norm")}

@@ -21,9 +21,11 @@ import torch
 from ... import settings
 from ...foreign import ortmodule
 from ...stack.cuda_provider import cuda_provider_required
+from ..passes.half_precision_casts import widened_record
 from ..passes.recompute import recompute_record
 
 logger = logging.getLogger(__name__)
+DISABLED_OPTIMIZERS = "optimization.disable_specified_optimizers"  # ORT's session option: names, comma-separated
 
 
 def configure_hooks(original: Callable) -> Callable:
@@ -61,7 +63,9 @@ def loud_fallback(original: Callable) -> Callable:
 def session_options(original: Callable) -> Callable:
     """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
 
-    ORT's CPU arena is kept or not as `cpu_arena_kept` decides. With ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler
+    A graph with float32 fallbacks for 16-bit nodes runs without common-subexpression elimination
+    (`passes.half_precision_casts` says why). ORT's CPU arena is kept or not as `cpu_arena_kept` decides. With
+    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler
     records every node's time, written to <prefix>[_rank<R>]_<date>.json (`profile_written_at_exit`)."""
 
     @functools.wraps(original)
@@ -69,6 +73,8 @@ def session_options(original: Callable) -> Callable:
         session_options, providers, provider_options = original(self)
         session_options.intra_op_num_threads = threads_per_rank()
         session_options.enable_cpu_mem_arena = session_options.enable_cpu_mem_arena and cpu_arena_kept(self)
+        if widened_record(graph_of(self)):  # the backward's widening Casts stay apart from the forward's
+            session_options.add_session_config_entry(DISABLED_OPTIMIZERS, "CommonSubexpressionElimination")
         if prefix := profile_prefix():
             session_options.enable_profiling = True
             session_options.profile_file_prefix = prefix
@@ -85,12 +91,17 @@ def cpu_arena_kept(manager: Any) -> bool:
     them back."""
     if (chosen := settings.cpu_mem_arena()) is not None:
         return chosen
-    model = ortmodule.optimized_model(manager)
-    recomputes = model is not None and recompute_record(model.graph)["layers"]
+    recomputes = recompute_record(graph_of(manager))["layers"]
     if recomputes and ortmodule.device(manager).type == "cpu":
         logger.info("ort_zero: ORT's CPU arena off: the graph recomputes layers (ORT_ZERO_CPU_MEM_ARENA=1 keeps it)")
         return False
     return True
+
+
+def graph_of(manager: Any) -> Any:
+    """The graph the manager's session is about to run (None before ORTModule built one)."""
+    model = ortmodule.optimized_model(manager)
+    return model.graph if model is not None else None
 
 
 def threads_per_rank() -> int:
