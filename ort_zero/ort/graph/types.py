@@ -4,6 +4,8 @@ by hand."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import onnx
 from onnx import TensorProto, helper
 
@@ -22,12 +24,19 @@ def element_types(graph: onnx.GraphProto) -> dict[str, int]:
     return {name: elem_type for name, elem_type in types.items() if elem_type}
 
 
-def value_types(graph: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto]) -> dict[str, int]:
+def value_types(
+    graph: onnx.GraphProto,
+    opsets: list[onnx.OperatorSetIdProto],
+    copy_of: Callable[[str], str | None] = lambda name: None,
+) -> dict[str, int]:
     """Every value's element type that can be known without running the graph (ORT's gradient graph declares few
-    of its own values). Reads the graph, changes nothing."""
+    of its own values); `copy_of` names the value a value is a copy of (a recomputed one), which has its type. Reads
+    the graph, changes nothing."""
     types = element_types(graph)
+    outputs = [name for node in graph.node for name in node.output if name]
     for _ in range(4):  # ORT's ops feed ONNX's and the other way round; a few rounds reach every value
         known = len(types)
+        types.update({name: types[original] for name in outputs if (original := copy_of(name)) in types})
         _add_ort_op_types(graph, types)
         types.update({k: v for k, v in _onnx_inferred(graph, opsets, types).items() if k not in types})
         if len(types) == known:

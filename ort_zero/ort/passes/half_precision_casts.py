@@ -30,6 +30,7 @@ from onnx import TensorProto, helper
 from ..graph.kernels import has_kernel
 from ..graph.types import value_types
 from .base import GraphPass, TrainingGraph
+from .recompute_region import RECOMPUTE_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.Ope
     """The pass on any graph ORT is about to build a session of (the training graph, or ORTModule's inference
     graph) for a device of type `device`."""
     report = HalfPrecisionCasts()
-    types = value_types(graph, opsets)
+    types = value_types(graph, opsets, copy_of=lambda name: name.removesuffix(RECOMPUTE_SUFFIX))
     if not any(elem_type in HALF_TYPES for elem_type in types.values()):
         return report
     provider = PROVIDERS.get(device, "CPUExecutionProvider")

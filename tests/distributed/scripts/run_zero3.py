@@ -101,6 +101,9 @@ def main() -> None:
     # eps well above float32 noise: with the default 1e-8, Adam turns 1e-9 differences in near-zero gradients
     # (ORT and PyTorch sum in different orders) into lr-sized steps, hiding real mismatches behind noise.
     trainable = [p for p in model.parameters() if p.requires_grad]
+    received: set[str] = set()  # the dtypes of the gradients DeepSpeed's own gradient hooks receive
+    for param in trainable:
+        param.register_post_accumulate_grad_hook(lambda p: received.add(str(p.grad.dtype)))
     optimizer = torch.optim.Adam(trainable, lr=3e-3, eps=1e-6)
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=optimizer, config=config(args.variant, args.stage, args.precision)
@@ -153,6 +156,7 @@ def main() -> None:
         "trace_complete": offload is not None and offload.get_param_coordinator().is_complete_trace(),
         # DeepSpeed swaps F.linear for its memory-efficient LinearFunctionForZeroStage3 under ZeRO-3 (on by default)
         "memory_efficient_linear": torch.nn.functional.linear is zero3_linear_wrap,
+        "dtypes": dtypes(engine, received),
     }
     if args.mode == "ort":
         from ort_zero.ort.inspection import ort_run_record
@@ -172,6 +176,19 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(result))
     shut_down_distributed()
+
+
+def dtypes(engine: deepspeed.DeepSpeedEngine, received: set[str]) -> dict[str, list[str]]:
+    """What ZeRO-3 holds and receives, by dtype: the parameters as modules see them, their partitions, the
+    optimizer's master partitions and the gradients handed to DeepSpeed's hooks."""
+    params = [p for p in engine.module.parameters() if p.requires_grad]
+    masters = getattr(engine.optimizer, "fp32_partitioned_groups_flat", [])
+    return {
+        "params": sorted({str(p.dtype) for p in params}),
+        "partitions": sorted({str(p.ds_tensor.dtype) for p in params if hasattr(p, "ds_tensor")}),
+        "masters": sorted({str(m.dtype) for m in masters}),
+        "grads": sorted(received),
+    }
 
 
 def training_manager(engine: deepspeed.DeepSpeedEngine) -> Any:
