@@ -15,7 +15,6 @@ import json
 import math
 from pathlib import Path
 
-import pytest
 from launcher import free_port, run_launcher, torchrun_cmd
 from parity import assert_ran_in_ort, train
 
