@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stage", type=int, choices=[0, 1, 2, 3], default=3)
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32", help="bf16/fp16: GPU runs")
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32")
     parser.add_argument("--mem-grads", action="store_true", help="ort_zero's memory-efficient gradients")
     parser.add_argument("--switch", choices=["api", "env"], default="api", help="enable_zero3() or ORT's env var")
     parser.add_argument("--dropout-seed", type=int, default=None, help="reseed after init: other dropout masks")
@@ -157,6 +157,7 @@ def main() -> None:
         # DeepSpeed swaps F.linear for its memory-efficient LinearFunctionForZeroStage3 under ZeRO-3 (on by default)
         "memory_efficient_linear": torch.nn.functional.linear is zero3_linear_wrap,
         "dtypes": dtypes(engine, received),
+        "skipped_steps": engine.skipped_steps,  # fp16: steps dynamic loss scaling skipped on overflow
     }
     if args.mode == "ort":
         from ort_zero.ort.inspection import ort_run_record
