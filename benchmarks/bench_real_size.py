@@ -6,6 +6,7 @@ Hugging Face causal LM at the sizes people train, side by side in one run.
     .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --steps 12 --rounds 4   # step ratio per round
     .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --seq 1024 --gradient-checkpointing --steps 6
     .venv/bin/python benchmarks/bench_real_size.py --sizes moe90m moe400m --seq 512
+    .venv/bin/python benchmarks/bench_real_size.py --sizes 160m --seq 1024 --precision bf16 --trimmed-native
 
 Each dense size is a LLaMA config from `AutoModelForCausalLM.from_config` (vocab 32000, the default attention
 implementation), each `moe` size a Qwen3-MoE (every layer experts, transformers' default experts implementation);
@@ -42,29 +43,42 @@ SIZES = {  # name: (hidden, layers, heads, intermediate (per expert), experts, t
     "moe400m": (768, 6, 12, 384, 64, 8, 6),  # 64 experts, top-8
 }
 MODES = ("native", "ort")
+# native DeepSpeed with glibc returning freed heap pages as ort_zero's trims do: the allocator held equal
+TRIMMED = "native_trimmed"
 
 
 def run_mode(
-    size: str, mode: str, steps: int, out: Path, timeout: float, seq: int = 128, checkpointing: bool = False
+    size: str,
+    mode: str,
+    steps: int,
+    out: Path,
+    timeout: float,
+    seq: int = 128,
+    checkpointing: bool = False,
+    precision: str = "fp32",
 ) -> list[dict[str, Any]]:
     hidden, layers, heads, intermediate, experts, top_k, _ = SIZES[size]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ORTMODULE_FALLBACK_POLICY": "FALLBACK_DISABLE"}
     env.setdefault("DS_ACCELERATOR", "cpu")
+    if mode == TRIMMED:
+        env["MALLOC_TRIM_THRESHOLD_"] = "0"  # glibc gives freed pages back at every free
+        out = out / TRIMMED
+    worker_mode = "native" if mode == TRIMMED else mode
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}", str(WORKER), "--mode", mode, "--hidden", str(hidden), "--layers", str(layers),
-        "--heads", str(heads), "--intermediate", str(intermediate), "--steps", str(steps),
+        f"--master_port={free_port()}", str(WORKER), "--mode", worker_mode, "--hidden", str(hidden),
+        "--layers", str(layers), "--heads", str(heads), "--intermediate", str(intermediate), "--steps", str(steps),
         "--deepspeed", str(ROOT / "ds_configs" / "zero3_hf_auto.json"), "--out", str(out), "--seq-len", str(seq),
-        "--experts", str(experts), "--top-k", str(top_k),
+        "--experts", str(experts), "--top-k", str(top_k), "--precision", precision,
     ] + (["--activation-checkpointing"] if checkpointing else [])  # fmt: skip
-    log = out / f"{mode}.log"
+    log = out / f"{worker_mode}.log"
     out.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink, TaggedProcessTree(command, stdout=sink, env=env) as launch:
         code = launch.wait(timeout)  # leaving the block stops the launcher and its ranks
     if code != 0:
         outcome = "timed out" if code is None else f"exit {code}"
         raise SystemExit(f"bench_real_size: {size} {mode} failed ({outcome}); see {log}")
-    return [json.loads((out / f"{mode}-rank{rank}.json").read_text()) for rank in range(2)]
+    return [json.loads((out / f"{worker_mode}-rank{rank}.json").read_text()) for rank in range(2)]
 
 
 def summary(rank: dict[str, Any]) -> dict[str, float]:
@@ -115,7 +129,8 @@ ROWS = [
 def table(size: str, runs: dict[str, list[dict[str, Any]]]) -> str:
     native, ort = ([summary(rank) for rank in runs[mode]] for mode in MODES)
     first = runs["native"][0]
-    shape = f"seq {first.get('seq_len', 128)}" + (", checkpointing" if first.get("activation_checkpointing") else "")
+    shape = f"{first.get('precision', 'fp32')}, seq {first.get('seq_len', 128)}"
+    shape += ", checkpointing" if first.get("activation_checkpointing") else ""
     experts = f", experts {first['experts_implementation']}" if first.get("experts_implementation") else ""
     lines = [
         f"### {size}: {first['parameters'] / 1e6:.1f}M parameters, {shape}, {len(first['steps'])} steps, "
@@ -130,6 +145,15 @@ def table(size: str, runs: dict[str, list[dict[str, Any]]]) -> str:
             f"{o[key] / n[key]:.2f}x" for n, o in zip(native, ort, strict=True)
         )  # fmt: skip
         lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")
+    if TRIMMED in runs:  # the allocator held equal: native with glibc's trims beside ORT
+        trimmed = [summary(rank) for rank in runs[TRIMMED]]
+        for label, key in (
+            ("peak RSS, native with MALLOC_TRIM_THRESHOLD_=0 (MiB)", "peak_rss_mib"),
+            ("median step, native with MALLOC_TRIM_THRESHOLD_=0 (s)", "median_step_s"),
+        ):
+            cell = " / ".join(f"{rank[key]:.{0 if 'rss' in key else 2}f}" for rank in trimmed)
+            ratio = " / ".join(f"{o[key] / t[key]:.2f}x" for t, o in zip(trimmed, ort, strict=True))
+            lines.append(f"| {label} | {cell} | | ORT / trimmed native {ratio} |")
     losses = [[step["loss"] for step in runs[mode][0]["steps"]] for mode in MODES]
     norms = [[step["grad_norm"] for step in runs[mode][0]["steps"]] for mode in MODES]
     loss_gap = max(abs(a - b) for a, b in zip(*losses, strict=True))
@@ -195,17 +219,26 @@ def main() -> int:
     parser.add_argument("--png", type=Path, default=None, help="default <out>/rss.png")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--rounds", type=int, default=1, help="native and ORT in turn, the order swapped each round")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="TrainingArguments(bf16=...)")
+    parser.add_argument(
+        "--trimmed-native",
+        action="store_true",
+        help="also native with MALLOC_TRIM_THRESHOLD_=0 (glibc hands freed pages back, as ort_zero's trims do)",
+    )
     args = parser.parse_args()
+    modes = (*MODES, TRIMMED) if args.trimmed_native else MODES
     results = {}
     for size in args.sizes:
         steps = args.steps or SIZES[size][-1]
         rounds = []
         for round_index in range(args.rounds):
-            order = MODES if round_index % 2 == 0 else MODES[::-1]
+            order = modes if round_index % 2 == 0 else modes[::-1]
             out = args.out / size / f"round{round_index + 1}" if args.rounds > 1 else args.out / size
             rounds.append(
                 {
-                    mode: run_mode(size, mode, steps, out, args.timeout, args.seq, args.gradient_checkpointing)
+                    mode: run_mode(
+                        size, mode, steps, out, args.timeout, args.seq, args.gradient_checkpointing, args.precision
+                    )
                     for mode in order
                 }
             )
