@@ -10,6 +10,11 @@ unusable or a run fails. A run past `--timeout` is stopped with its ranks.
 ORTMODULE_MEMORY_OPT_LEVEL for the ORT run only, so the curves show whether ort_zero's layer-wise recompute changes
 training; the report says which recompute plans the ORT run applied (its `ort.json`, `training.recompute`), and says
 so plainly when none did.
+
+`--precision bf16` (or `fp16`, dynamic loss scaling) turns on that section of the DeepSpeed config for both runs (the
+config the runs used is written beside the report). The loss of a 16-bit model is a 16-bit number, and the two runs
+round the same math at different places, so the default tolerance is two units in the last place of that type at
+its coarsest (2^-6 relative in bf16, 2^-9 in fp16; 1e-4 in fp32); the report states it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ from ort_zero.tools.recompute_summary import describe_recompute, recompute_appli
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
 STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
+PRECISION_SECTIONS = {
+    "fp32": {},
+    "bf16": {"bf16": {"enabled": True}},
+    "fp16": {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}},
+}
+# Two units in the last place at the type's coarsest relative spacing (2^-7 for bf16's 8 bits, 2^-10 for fp16's 11)
+DEFAULT_RTOL = {"fp32": 1e-4, "bf16": 2**-6, "fp16": 2**-9}
 MEMORY_OPT_ENV = "ORTMODULE_MEMORY_OPT_LEVEL"
 DIVERGENCE_HINT = (
     "- if the curves agree to float precision for many steps and then jump: Adam with a tiny `eps` turns last-bit "
@@ -52,7 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--deepspeed_config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/converge"))
-    parser.add_argument("--rtol", type=float, default=1e-4, help="relative loss tolerance per step")
+    parser.add_argument(
+        "--precision", choices=list(PRECISION_SECTIONS), default="fp32", help="the config's bf16/fp16 section on"
+    )
+    parser.add_argument(
+        "--rtol", type=float, default=None, help="relative loss tolerance per step (default: by --precision)"
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
     parser.add_argument(
         "--memory-opt-level",
@@ -73,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"ort-zero converge: {error}", file=sys.stderr)
         return 2
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    if args.rtol is None:
+        args.rtol = DEFAULT_RTOL[args.precision]
+    args.run_config = with_precision(args.deepspeed_config, args.precision, args.output_dir)
     curves: dict[str, Curve] = {}
     for name, flag in (("pytorch", "--no-ort"), ("ort", "--ort")):
         run_dir = args.output_dir / name
@@ -98,7 +118,7 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
         "--master_addr=127.0.0.1", f"--master_port={free_port()}",
         "-m", "ort_zero.examples.train_gpt", flag,
-        "--deepspeed_config", str(args.deepspeed_config), "--steps", str(args.steps),
+        "--deepspeed_config", str(args.run_config), "--steps", str(args.steps),
         "--seq-len", str(args.seq_len), "--seed", str(args.seed), "--output-dir", str(run_dir),
         *[a for a in args.train_args if a != "--"],
     ]  # fmt: skip
@@ -111,6 +131,18 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path) -> str | None:
     if returncode != 0:
         return f"exit code {returncode} (see {log_path})"
     return None
+
+
+def with_precision(config: Path, precision: str, output_dir: Path) -> Path:
+    """The config the runs use: `config` as it is in fp32, else a copy with the precision's section on."""
+    if precision == "fp32":
+        return config
+    merged = {**json.loads(config.read_text()), **PRECISION_SECTIONS[precision]}
+    for other in set(PRECISION_SECTIONS) - {precision, "fp32"}:
+        merged.pop(other, None)
+    written = output_dir / f"{config.stem}_{precision}.json"
+    written.write_text(json.dumps(merged, indent=2) + "\n")
+    return written
 
 
 def run_environment(args: argparse.Namespace, flag: str) -> dict[str, str]:
@@ -185,9 +217,16 @@ def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Nam
         "ORT: the same hooks with the model in ORTModule (`--ort`). Same model, seed and data.",
         "",
         f"- ranks: {args.nproc}, steps: {args.steps}, seq len: {args.seq_len}, seed: {args.seed}",
-        f"- DeepSpeed config: `{args.deepspeed_config}`",
+        f"- DeepSpeed config: `{args.deepspeed_config}`; precision: {args.precision}"
+        + (f" (the runs' config: `{args.run_config}`)" if args.precision != "fp32" else ""),
         f"- {recompute}",
-        f"- verdict: **{'agree' if verdict.agree else 'diverge'}** (relative tolerance {args.rtol:g})",
+        f"- verdict: **{'agree' if verdict.agree else 'diverge'}** (relative tolerance {args.rtol:g}"
+        + (
+            f": two {args.precision} units in the last place"
+            if args.rtol == DEFAULT_RTOL.get(args.precision) and args.precision != "fp32"
+            else ""
+        )
+        + ")",
         f"- max |loss difference|: {verdict.max_abs_diff:.3g}; max relative: {verdict.max_rel_diff:.3g}",
         f"- first step beyond tolerance: {verdict.first_divergence if verdict.first_divergence is not None else '-'}",
         *([] if verdict.agree else [DIVERGENCE_HINT]),

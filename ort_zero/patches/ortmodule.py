@@ -182,6 +182,10 @@ _PROFILE_REASON = (
     "session ORT builds only to probe its memory optimizer, which runs nothing, is removed: it was a second file "
     "whenever it started a second earlier."
 )
+_NO_KERNEL_REASON = (
+    "A node ORT's provider has no kernel for (an op in bf16 on the CPU) stopped the session's creation in a "
+    "traceback from deep inside ORT: it is one line naming the op, the module and the way out."
+)
 ort_patch(
     "ort", "ort.cuda_provider_required.TrainingManager", f"{ORTM}._training_manager:TrainingManager",
     "_create_execution_agent",
@@ -194,12 +198,12 @@ ort_patch(
     "session's copy of the model bytes (measured: 37 + 17 + 2 MiB per rank, small GPT with 16 blocks). On the CPU "
     "every step leaves more freed memory in glibc's heap under ORT than in PyTorch (1.2 vs 0.75 GiB per rank on a "
     "162M LLaMA): after each backward, once ORTModule has dropped the run's state, its free pages go back to the OS. "
-    + _PROFILE_REASON,
+    + _PROFILE_REASON + " " + _NO_KERNEL_REASON,
     deferred(lambda: ort_zero_module(TRAINING).execution_agent),
 )  # fmt: skip
 ort_patch(
     "ort", "ort.cuda_provider_required.InferenceManager", f"{ORTM}._inference_manager:InferenceManager",
-    "_create_execution_agent", _CUDA_REASON + " " + _PROFILE_REASON,
+    "_create_execution_agent", _CUDA_REASON + " " + _PROFILE_REASON + " " + _NO_KERNEL_REASON,
     deferred(lambda: ort_zero_module(EXECUTION).inference_execution_agent),
 )  # fmt: skip
 

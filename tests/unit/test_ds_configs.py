@@ -27,7 +27,7 @@ def test_the_documented_configs_are_all_there() -> None:
     names = {path.name for path in ALL_FILES}
     assert {
         "zero3_cpu_fp32.json", "zero3_gpu_bf16.json", "zero3_gpu_fp16.json", "zero3_offload_cpu.json",
-        "zero3_grad_accum.json", "zero2_cpu_fp32.json", "zero3_hf_auto.json",
+        "zero3_grad_accum.json", "zero2_cpu_fp32.json", "zero3_hf_auto.json", "zero3_cpu_bf16.json",
     } <= names  # fmt: skip
     readme = (CONFIGS / "README.md").read_text()
     assert all(name in readme for name in names), "a config is missing from ds_configs/README.md"
@@ -61,6 +61,7 @@ def test_cpu_stage3_configs_really_partition(path: Path) -> None:
 def test_the_variants_are_what_their_names_say() -> None:
     parsed = {path.stem: DeepSpeedConfig(str(path)) for path in FILES}
     assert parsed["zero3_gpu_bf16"].bfloat16_config.enabled
+    assert parsed["zero3_cpu_bf16"].bfloat16_config.enabled and parsed["zero3_cpu_bf16"].optimizer_params["torch_adam"]
     assert parsed["zero3_gpu_fp16"].float16_config.enabled
     assert parsed["zero3_gpu_fp16"].float16_config.loss_scale == 0  # 0: dynamic loss scaling
     offload = parsed["zero3_offload_cpu"].zero_config

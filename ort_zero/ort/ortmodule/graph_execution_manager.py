@@ -11,6 +11,7 @@ import atexit
 import functools
 import logging
 import os
+import re
 import warnings
 import weakref
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import torch
 from ... import settings
 from ...foreign import ortmodule
 from ...stack.cuda_provider import cuda_provider_required
-from ..passes.half_precision_casts import widened_record
+from ..passes.half_precision_casts import UnsupportedOpError, missing_kernel_message, widened_record
 from ..passes.recompute import recompute_record
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,31 @@ def _end_profiling(session: weakref.ref) -> None:
         logger.info("ort_zero: ORT's profile written to %s", alive.end_profiling())
 
 
+_NO_KERNEL = re.compile(r"NOT_IMPLEMENTED : Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+
+
+def missing_kernel_named(original: Callable) -> Callable:
+    """Wraps a manager's `_create_execution_agent`: ORT's refusal of a node it has no kernel for (a traceback from
+    deep inside ORT's session creation) becomes one line naming the op, the module and the way out."""
+
+    @functools.wraps(original)
+    def _create_execution_agent(self: Any) -> None:
+        try:
+            original(self)
+        except Exception as error:
+            if (found := _NO_KERNEL.search(str(error))) is None:
+                raise
+            op_type, node_name = found.groups()
+            message = missing_kernel_message(op_type, node_name, ortmodule.device(self).type, "the types it is given")
+            raise UnsupportedOpError(
+                f"{message}: a bf16/fp16 model trains in float32 in ORT without the DeepSpeed config's bf16/fp16 "
+                "section; otherwise leave that module out of ORTModule"
+            ) from None
+
+    return _create_execution_agent
+
+
 def inference_execution_agent(original: Callable) -> Callable:
     """The replacement of `InferenceManager._create_execution_agent`: the CUDA provider required where the model is
-    on CUDA (`stack.cuda_provider`), the profile written at exit."""
-    return profile_written_at_exit(cuda_provider_required(original))
+    on CUDA (`stack.cuda_provider`), the profile written at exit, a node ORT has no kernel for named in one line."""
+    return missing_kernel_named(profile_written_at_exit(cuda_provider_required(original)))

@@ -115,11 +115,16 @@ def _widened(
 
 def _unsupported(node: onnx.NodeProto, types: dict[str, int], device: str) -> str:
     dtype = next(HALF_TYPES[types[name]] for name in (*node.input, *node.output) if types.get(name) in HALF_TYPES)
-    return (
-        f"ort_zero: ONNX Runtime has no {device} kernel for {node.op_type} (node '{node.name}') in {dtype} nor in "
-        f"float32, so this model cannot train in {dtype} in ORT on {device}: train it in float32 (no bf16/fp16 "
-        "section in the DeepSpeed config), or without ORTModule"
+    return missing_kernel_message(node.op_type, node.name, device, f"{dtype} nor in float32") + (
+        f": train this model in float32 in ORT (no {dtype} section in the DeepSpeed config), or without ORTModule"
     )
+
+
+def missing_kernel_message(op_type: str, node_name: str, device: str, dtypes: str) -> str:
+    """The one line that says ORT has no kernel for a node: the op, the module it came from, the node."""
+    module = ".".join(part for part in node_name.split("/")[:-1] if part and part != "_original_module")
+    where = f"module '{module}'" if module else "the model"
+    return f"ort_zero: ONNX Runtime has no {device} kernel for {op_type} in {dtypes} ({where}, node '{node_name}')"
 
 
 def widened_record(graph: onnx.GraphProto | None) -> dict[str, int]:

@@ -1,10 +1,10 @@
-"""Computations ORT runs as torch's own kernels, inside its graph, where ONNX ops would cost memory or cannot
-express them: attention (`attention`: torch's fused scaled-dot-product kernel), mixture-of-experts blocks
-(`experts`: the experts implementation a model picks, grouped matmuls for transformers' default), linear layers
-(`linear`: torch's matmuls, faster than ORT's on CPU) and the loss (`cross_entropy`: torch's, 3x faster than ORT's
-on CPU); experts and linear layers run on their module's own ZeRO-3 parameters (`modules`). Each is a PythonOp
-replacement applied while a ZeRO-3 model is exported (ort_zero.patches); those in a layer may be run again by the
-layer-wise recompute (`RECOMPUTABLE`): what each keeps for its backward is its kernel's own state, which the
+"""Computations ORT runs as torch's own kernels, inside its graph, where ONNX ops would cost memory or cannot express
+them: attention (`attention`: torch's fused scaled-dot-product kernel), mixture-of-experts blocks (`experts`: the
+experts implementation a model picks, grouped matmuls for transformers' default), and on the CPU, where they were
+measured faster (`devices`), linear layers (`linear`: torch's matmuls) and the loss (`cross_entropy`: torch's, 3x
+faster than ORT's); experts and linear layers run on their module's own ZeRO-3 parameters (`modules`). Each is a
+PythonOp replacement applied while a ZeRO-3 model is exported (ort_zero.patches); those in a layer may be run again
+by the layer-wise recompute (`RECOMPUTABLE`): what each keeps for its backward is its kernel's own state, which the
 recompute re-creates in the backward instead of keeping it from the forward.
 """
 

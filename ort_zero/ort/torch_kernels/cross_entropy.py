@@ -16,6 +16,7 @@ import torch
 
 from ...hooks.export_mode import is_exporting
 from .context import wanted_grads
+from .devices import faster_in_torch
 
 
 class CrossEntropyInTorch(torch.autograd.Function):
@@ -56,7 +57,8 @@ class CrossEntropyInTorch(torch.autograd.Function):
 
 def cross_entropy_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """The patch's factory for `F.cross_entropy`: `CrossEntropyInTorch` for 2-D floating-point logits, class-index
-    targets, no weights, no label smoothing and a mean or sum; `replaced` (ORT's own loss) for the rest."""
+    targets, no weights, no label smoothing and a mean or sum, on a device where it was measured faster (`devices`);
+    `replaced` (ORT's own loss) for the rest."""
 
     def cross_entropy(
         input: torch.Tensor,
@@ -71,7 +73,7 @@ def cross_entropy_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..
         ours = (
             input.dim() == 2 and input.is_floating_point() and target.dim() == 1 and target.dtype == torch.int64
             and weight is None and size_average is None and reduce is None and label_smoothing == 0.0
-            and reduction in ("mean", "sum")
+            and reduction in ("mean", "sum") and faster_in_torch(input)
         )  # fmt: skip
         if not ours:
             return replaced(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)

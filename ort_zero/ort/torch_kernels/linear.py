@@ -23,6 +23,7 @@ import torch
 from ...hooks.export_mode import is_exporting
 from ..export.context import is_stand_in
 from .context import wanted_grads
+from .devices import faster_in_torch
 from .output_pool import pooled
 
 
@@ -142,11 +143,13 @@ class _SharedCopy:
 
 
 def linear_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """The patch's factory for `nn.Linear.forward`: `LinearInTorch` for a floating-point input, `replaced` for the
-    rest."""
+    """The patch's factory for `nn.Linear.forward`: `LinearInTorch` for a floating-point input on a device where it
+    was measured faster (`devices`), `replaced` (ORT's own ops) for the rest."""
 
     def forward(self: torch.nn.Module, input: torch.Tensor) -> torch.Tensor:
         if not isinstance(input, torch.Tensor) or not input.is_floating_point() or input.is_nested:
+            return replaced(self, input)
+        if not faster_in_torch(input):
             return replaced(self, input)
         return LinearInTorch.apply(input, self, *linear_params(self))
 

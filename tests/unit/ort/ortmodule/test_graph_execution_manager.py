@@ -48,3 +48,34 @@ def test_each_ranks_profile_is_written_when_the_process_exits(tmp_path: Path, pr
     [profile] = tmp_path.glob("profile_rank1_*.json")
     ops = {event["args"].get("op_name") for event in json.loads(profile.read_text()) if event.get("cat") == "Node"}
     assert {"Gemm", "ReluGrad"} <= ops, sorted(op for op in ops if op)  # the forward's and the backward's nodes
+
+
+def test_a_node_ort_has_no_kernel_for_is_one_line_naming_op_module_and_way_out() -> None:
+    """ORT's own refusal at session creation (here of a bf16 Add on the CPU, the pass not run) is one line."""
+    import onnxruntime
+    import torch
+    from onnx import TensorProto, helper
+
+    import ort_zero  # noqa: F401  (before ORT's training package)
+    from ort_zero.ort.ortmodule.graph_execution_manager import missing_kernel_named
+    from ort_zero.ort.passes.half_precision_casts import UnsupportedOpError
+
+    node = helper.make_node("Add", ["x", "y"], ["z"], name="/_original_module/model/layers.0/mlp/Add")
+    graph = helper.make_graph(
+        [node], "bf16", [helper.make_tensor_value_info(n, TensorProto.BFLOAT16, [2]) for n in ("x", "y")],
+        [helper.make_tensor_value_info("z", TensorProto.BFLOAT16, [2])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+    class Manager:
+        _device = torch.device("cpu")
+
+        def _create_execution_agent(self) -> None:
+            onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    with pytest.raises(UnsupportedOpError) as raised:
+        missing_kernel_named(Manager._create_execution_agent)(Manager())
+    message = str(raised.value)
+    assert "\n" not in message and raised.value.__suppress_context__, message
+    assert "no cpu kernel for Add" in message and "module 'model.layers.0.mlp'" in message, message
+    assert "float32" in message, message

@@ -87,6 +87,17 @@ def test_the_pool_serves_only_plain_cpu_matmuls(monkeypatch: pytest.MonkeyPatch)
     assert pooled((8, 8), like, like) is None
 
 
+def test_by_default_the_pool_serves_float32_outputs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bf16 model's step peaks in DeepSpeed's optimizer step, through which pooled buffers would stay resident."""
+    monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
+    for dtype, served in ((torch.float32, True), (torch.bfloat16, False), (torch.float16, False)):
+        like = torch.zeros(1, dtype=dtype)
+        assert (pooled((8, 8), like, like) is not None) is served, dtype
+    monkeypatch.setenv("ORT_ZERO_OUTPUT_POOL", "1")
+    like = torch.zeros(1, dtype=torch.bfloat16)
+    assert pooled((8, 8), like, like) is not None
+
+
 POOL_FAULTS = Path(__file__).parent / "scripts" / "pool_faults.py"
 
 
