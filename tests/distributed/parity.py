@@ -16,6 +16,15 @@ MEMORY_EFFICIENT_LINEAR = "deepspeed.runtime.zero.linear.LinearFunctionForZeroSt
 BACKWARD_PARAMS = "ort_zero.zero3.ort_bridges.BackwardParamsBridge"
 
 
+MANTISSA_BITS = {"bf16": 7, "fp16": 10}
+
+
+def ulp(value: float, precision: str = "bf16") -> float:
+    """The gap between `value` (as `precision` rounds it) and the next number of that type away from zero: the
+    half-precision tests' tolerances are counted in it (tests/distributed/test_precision.py says why)."""
+    return 2.0 ** (math.floor(math.log2(abs(value))) - MANTISSA_BITS[precision])
+
+
 def train(
     out: Path, mode: str, variant: str, *extra: str, model: str = "zoo", nproc: int = 2, env: dict | None = None
 ) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from launcher import BIN, free_port, run_launcher
+from parity import ulp
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = Path(__file__).parent / "scripts" / "accelerate_loop.py"
@@ -36,22 +37,26 @@ def losses(out: Path) -> list[float]:
         return [float(row["loss"]) for row in csv.DictReader(handle)]
 
 
-def assert_ran_in_ort_with_native_losses(native: Path, ort: Path) -> None:
+def assert_ran_in_ort_with_native_losses(native: Path, ort: Path, precision: str = "no") -> None:
     training = json.loads((ort / "ort.json").read_text())["training"]
     assert training["session"] and BRIDGES <= set(training["python_ops"]), training
+    assert bool(training["float32_fallbacks"]) == (precision == "bf16"), training  # the graph is bf16, or fp32
     reference, result = losses(native), losses(ort)
     assert len(reference) == len(result) == STEPS
-    diffs = [abs(a - b) for a, b in zip(reference, result, strict=True)]
-    assert max(diffs) <= TOLERANCE, f"max |loss diff| {max(diffs):.3g} at step {diffs.index(max(diffs))}"
+    for step, (expected, got) in enumerate(zip(reference, result, strict=True)):
+        tolerance = TOLERANCE if precision == "no" else 2 * ulp(expected, precision)  # test_precision.py: why
+        assert abs(got - expected) <= tolerance, f"step {step}: ORT {got} vs native {expected}"
     assert reference[-1] < reference[0] - 0.1, f"the native run did not learn, the test proves nothing: {reference}"
 
 
 @pytest.mark.extended  # 2 launches, ~95 s on 2 shared cores
-def test_an_accelerate_loop_in_ort_follows_native(tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["no", "bf16"])  # accelerate's --mixed_precision: DeepSpeed's bf16 section
+def test_an_accelerate_loop_in_ort_follows_native(tmp_path: Path, precision: str) -> None:
     for mode in ("native", "ort"):
         program = [str(LOOP), "--out", str(tmp_path / mode), "--steps", str(STEPS)]
-        accelerate_launch(CLI_PLUGIN, program + (["--ort"] if mode == "ort" else []))
-    assert_ran_in_ort_with_native_losses(tmp_path / "native", tmp_path / "ort")
+        options = [*CLI_PLUGIN, "--mixed_precision", precision]
+        accelerate_launch(options, program + (["--ort"] if mode == "ort" else []))
+    assert_ran_in_ort_with_native_losses(tmp_path / "native", tmp_path / "ort", precision)
 
 
 @pytest.mark.extended  # 2 launches, ~90 s

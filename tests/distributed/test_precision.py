@@ -15,24 +15,17 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 
 import pytest
 from launcher import free_port, run_launcher, torchrun_cmd
-from parity import assert_ran_in_ort, train
+from parity import assert_ran_in_ort, train, ulp
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "ort_zero" / "examples" / "train_hf.py"
 TRAINER_STEPS = 8
 
-MANTISSA_BITS = {"bf16": 7, "fp16": 10}
 TORCH_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
-
-
-def ulp(value: float, precision: str = "bf16") -> float:
-    """The gap between `value` (as `precision` rounds it) and the next number of that type away from zero."""
-    return 2.0 ** (math.floor(math.log2(abs(value))) - MANTISSA_BITS[precision])
 
 
 def assert_within_rounding(reference: list[float], result: list[float], precision: str = "bf16") -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from launcher import free_port, run_launcher, torchrun_cmd
+from parity import ulp
 
 pytest.importorskip("trl")
 
@@ -44,9 +45,10 @@ def native_and_ort(tmp_path: Path, trainer: str, *options: str) -> tuple[list[fl
     return native, ort
 
 
-def assert_same_curve(native: list[float], ort: list[float]) -> None:
-    diffs = [abs(a - b) for a, b in zip(native, ort, strict=True)]
-    assert max(diffs) <= TOLERANCE, f"max |loss diff| {max(diffs):.3g} at step {diffs.index(max(diffs))}"
+def assert_same_curve(native: list[float], ort: list[float], precision: str = "fp32") -> None:
+    for step, (expected, got) in enumerate(zip(native, ort, strict=True)):
+        tolerance = TOLERANCE if precision == "fp32" else 2 * ulp(expected, precision)  # test_precision.py: why
+        assert abs(got - expected) <= tolerance, f"step {step}: ORT {got} vs native {expected}"
     assert len(set(native)) == STEPS, f"the losses do not move, the test proves nothing: {native}"
 
 
@@ -60,6 +62,14 @@ def test_sft_in_ort_follows_trl(tmp_path: Path) -> None:
 @pytest.mark.parametrize("trainer", ["sft", "dpo"])
 def test_lora_in_ort_follows_trl(tmp_path: Path, trainer: str) -> None:
     assert_same_curve(*native_and_ort(tmp_path, trainer, "--lora"))
+
+
+@pytest.mark.extended
+def test_sft_in_bf16_follows_trl_in_bf16(tmp_path: Path) -> None:
+    native, ort = native_and_ort(tmp_path, "sft", "--bf16")
+    assert_same_curve(native, ort, "bf16")
+    assert json.loads((tmp_path / "ort" / "ort.json").read_text())["training"]["float32_fallbacks"]  # a bf16 graph
+    assert native[-1] < native[0] - 0.1, f"SFT did not learn: {native}"
 
 
 @pytest.mark.extended

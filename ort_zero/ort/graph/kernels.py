@@ -16,9 +16,10 @@ from onnx import helper
 
 # ORT's own nodes that the probe cannot rebuild alone (their kernels take any element type)
 _NOT_PROBED = frozenset({"PythonOp", "PythonOpGrad", "YieldOp"})
-# Kernels registered for every element type that refuse 16-bit floats only when they run (ORT 1.19.2's CPU Split:
-# "Split operator does not support BFloat16 yet", met in LLaMA's rotary gradient); the probe builds, never runs.
-_REFUSED_WHEN_RUN = {"CPUExecutionProvider": frozenset({"Split", "SplitTraining"})}
+# Kernels registered for every element type that refuse 16-bit floats only when they run; the probe builds, never
+# runs. ORT 1.19.2's CPU Split ("Split operator does not support BFloat16 yet", LLaMA's rotary gradient) and SliceGrad
+# ("Type for T or Tind not supported yet", TRL's SFT loss).
+_REFUSED_WHEN_RUN = {"CPUExecutionProvider": frozenset({"Split", "SplitTraining", "SliceGrad"})}
 _HALF = frozenset({onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16})
 
 

@@ -75,6 +75,7 @@ def main() -> int:
     parser.add_argument("--ort", action="store_true")
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True): the config's 'auto' follows")
     args = parser.parse_args()
 
     import torch
@@ -89,7 +90,7 @@ def main() -> int:
     common = dict(
         output_dir=str(args.out), deepspeed=str(CONFIG), max_steps=args.steps, per_device_train_batch_size=2,
         learning_rate=5e-3, adam_epsilon=1e-6, logging_steps=1, save_strategy="no", seed=1234, report_to=[],
-        disable_tqdm=True, dataloader_num_workers=0, use_cpu=True, max_length=16,
+        disable_tqdm=True, dataloader_num_workers=0, use_cpu=True, max_length=16, bf16=args.bf16,
     )  # fmt: skip
     if args.trainer == "sft":
         config, base = SFTConfig(**common, dataset_text_field="text"), SFTTrainer
