@@ -79,4 +79,7 @@ def _onnx_inferred(graph: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto]
     copy.CopyFrom(graph)
     copy.value_info.extend(helper.make_tensor_value_info(n, t, None) for n, t in types.items() if n not in declared)
     model = helper.make_model(copy, opset_imports=opsets)
-    return element_types(onnx.shape_inference.infer_shapes(model).graph)
+    try:
+        return element_types(onnx.shape_inference.infer_shapes(model).graph)
+    except onnx.shape_inference.InferenceError:  # an op ONNX knows the schema of but not these inputs: none added
+        return {}

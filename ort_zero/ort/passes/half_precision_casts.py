@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..graph.kernels import has_kernel
-from ..graph.types import value_types
+from ..graph.types import element_types, value_types
 from .base import GraphPass, TrainingGraph
 from .recompute_region import RECOMPUTE_SUFFIX
 
@@ -69,9 +69,9 @@ def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.Ope
     """The pass on any graph ORT is about to build a session of (the training graph, or ORTModule's inference
     graph) for a device of type `device`."""
     report = HalfPrecisionCasts()
+    if not any(elem_type in HALF_TYPES for elem_type in element_types(graph).values()):
+        return report  # a float32 model's graph declares no 16-bit value: no type inference for it
     types = value_types(graph, opsets, copy_of=lambda name: name.removesuffix(RECOMPUTE_SUFFIX))
-    if not any(elem_type in HALF_TYPES for elem_type in types.values()):
-        return report
     provider = PROVIDERS.get(device, "CPUExecutionProvider")
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:

@@ -40,7 +40,10 @@ def training_graph(key: int) -> onnx.GraphProto:
 
 def a_manager() -> Any:
     """A TrainingManager as ort_zero sees it: its ORTModule's fallback manager and the exception it answers."""
-    return SimpleNamespace(_fallback_manager=SimpleNamespace(_exception=RuntimeError("an op ORT cannot run")))
+    return SimpleNamespace(
+        _fallback_manager=SimpleNamespace(_exception=RuntimeError("an op ORT cannot run")),
+        _onnx_models=SimpleNamespace(optimized_model=None),  # ORT sets it before its registry runs; none here
+    )
 
 
 optimize_all = training_manager.graph_optimizers(Registry.__dict__["optimize_all"]).__get__(None, Registry)
