@@ -259,3 +259,15 @@ def test_a_bad_level_exits_2_before_any_launch(
     assert f"{MEMORY_OPT}='5'" in capsys.readouterr().err and calls == []
     with pytest.raises(SystemExit):
         parse(tmp_path, "--memory-opt-level", "3")
+
+
+def test_a_precision_turns_on_its_section_in_a_copy_of_the_config(tmp_path: Path) -> None:
+    """`--precision bf16`: the runs use the config with `"bf16": {"enabled": true}` (and no fp16 section), written
+    beside the report; fp32 uses the config as it is; the default tolerance is two units in the last place."""
+    config = tmp_path / "zero3.json"
+    config.write_text(json.dumps({"fp16": {"enabled": True}, "train_micro_batch_size_per_gpu": 4}))
+    assert converge.with_precision(config, "fp32", tmp_path) == config
+    written = converge.with_precision(config, "bf16", tmp_path)
+    assert written != config and written.parent == tmp_path
+    assert json.loads(written.read_text()) == {"bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 4}
+    assert converge.DEFAULT_RTOL["bf16"] == 2 * 2**-7 and converge.DEFAULT_RTOL["fp16"] == 2 * 2**-10
