@@ -207,6 +207,14 @@ def compare(reference: Curve, candidate: Curve, rtol: float) -> Verdict:
     return Verdict(agree, max(diffs), max(rels), first, summary)
 
 
+def tolerance_said(args: argparse.Namespace) -> str:
+    """The report's words for the tolerance: its value, and where it is the 16-bit default, what it is."""
+    said = f"relative tolerance {args.rtol:g}"
+    if args.precision != "fp32" and args.rtol == DEFAULT_RTOL[args.precision]:
+        said += f": two {args.precision} units in the last place"
+    return said
+
+
 def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Namespace, recompute: str) -> str:
     torch_curve, ort_curve = curves["pytorch"], curves["ort"]
     median = {name: sorted(c.times_ms)[len(c.times_ms) // 2] for name, c in curves.items()}
@@ -220,13 +228,7 @@ def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Nam
         f"- DeepSpeed config: `{args.deepspeed_config}`; precision: {args.precision}"
         + (f" (the runs' config: `{args.run_config}`)" if args.precision != "fp32" else ""),
         f"- {recompute}",
-        f"- verdict: **{'agree' if verdict.agree else 'diverge'}** (relative tolerance {args.rtol:g}"
-        + (
-            f": two {args.precision} units in the last place"
-            if args.rtol == DEFAULT_RTOL.get(args.precision) and args.precision != "fp32"
-            else ""
-        )
-        + ")",
+        f"- verdict: **{'agree' if verdict.agree else 'diverge'}** ({tolerance_said(args)})",
         f"- max |loss difference|: {verdict.max_abs_diff:.3g}; max relative: {verdict.max_rel_diff:.3g}",
         f"- first step beyond tolerance: {verdict.first_divergence if verdict.first_divergence is not None else '-'}",
         *([] if verdict.agree else [DIVERGENCE_HINT]),

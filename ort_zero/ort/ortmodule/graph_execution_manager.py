@@ -66,8 +66,8 @@ def session_options(original: Callable) -> Callable:
 
     A graph with float32 fallbacks for 16-bit nodes runs without common-subexpression elimination
     (`passes.half_precision_casts` says why). ORT's CPU arena is kept or not as `cpu_arena_kept` decides. With
-    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler
-    records every node's time, written to <prefix>[_rank<R>]_<date>.json (`profile_written_at_exit`)."""
+    ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to
+    <prefix>[_rank<R>]_<date>.json (`profile_written_at_exit`)."""
 
     @functools.wraps(original)
     def _get_session_config(self: Any) -> Any:

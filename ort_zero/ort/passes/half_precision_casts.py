@@ -74,12 +74,12 @@ def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.Ope
     types = value_types(graph, opsets, copy_of=lambda name: name.removesuffix(RECOMPUTE_SUFFIX))
     provider = PROVIDERS.get(device, "CPUExecutionProvider")
     nodes: list[onnx.NodeProto] = []
-    for node in graph.node:
+    for position, node in enumerate(graph.node):
         half = [name for name in (*node.input, *node.output) if name and types.get(name) in HALF_TYPES]
         if not half or has_kernel(node, types, opsets, provider):
             nodes.append(node)
             continue
-        before, wide, after = _widened(node, types, report)
+        before, wide, after = _widened(node, node.name or f"{node.op_type}_{position}", types, report)
         if not has_kernel(wide, types, opsets, provider):
             raise UnsupportedOpError(_unsupported(node, types, device))
         nodes += [*before, wide, *after]
@@ -89,22 +89,23 @@ def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.Ope
 
 
 def _widened(
-    node: onnx.NodeProto, types: dict[str, int], report: HalfPrecisionCasts
+    node: onnx.NodeProto, prefix: str, types: dict[str, int], report: HalfPrecisionCasts
 ) -> tuple[list[onnx.NodeProto], onnx.NodeProto, list[onnx.NodeProto]]:
     """Casts to float32 of the node's 16-bit inputs, the node reading them (its 16-bit outputs written in float32),
-    and the Casts of those outputs back to their type; `types` learns the new values."""
+    and the Casts of those outputs back to their type, named after `prefix` (unique in the graph); `types` learns
+    the new values."""
     before, after = [], []
     wide = onnx.NodeProto()
     wide.CopyFrom(node)
     for index, name in enumerate(node.input):
         if name and types.get(name) in HALF_TYPES:
-            cast_name = f"{node.name}/{WIDEN}{index}"
+            cast_name = f"{prefix}/{WIDEN}{index}"
             wide.input[index] = f"{cast_name}_out"
             before.append(helper.make_node("Cast", [name], [wide.input[index]], cast_name, to=TensorProto.FLOAT))
             types[wide.input[index]] = TensorProto.FLOAT
     for index, name in enumerate(node.output):
         if name and types.get(name) in HALF_TYPES:
-            cast_name = f"{node.name}/{NARROW}{index}"
+            cast_name = f"{prefix}/{NARROW}{index}"
             wide.output[index] = f"{cast_name}_in"
             after.append(helper.make_node("Cast", [wide.output[index]], [name], cast_name, to=types[name]))
             types[wide.output[index]] = TensorProto.FLOAT
@@ -131,8 +132,6 @@ def widened_record(graph: onnx.GraphProto | None) -> dict[str, int]:
     """Evidence read back from a graph: per op type, the nodes that compute in float32 for want of a 16-bit kernel."""
     widened: Counter = Counter()
     for node in graph.node if graph is not None else ():
-        if node.op_type == "Cast" and f"/{NARROW}" in node.name:
-            continue
         if node.op_type != "Cast" and any(
             f"/{WIDEN}" in name or f"/{NARROW}" in name for name in (*node.input, *node.output)
         ):
