@@ -7,9 +7,10 @@ Read: an ORTModule's `_torch_module._execution_manager(is_training)`; a manager'
 `capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_gradient_registry`,
 `ortmodule._custom_autograd_function_exporter` (the Functions it exports its own way) and
 `ortmodule._logger`.
-Written: the memory optimizer's runtime options, its memory observer's switch and probe (`memory_probe_unprofiled`),
-what a manager keeps once its session exists (`release_kept`), the input bookkeeping of a post-export model info
-(`add_graph_input`), ORT's gradient registry (`register_gradient`), and ort_zero's marks on ORT's objects.
+Written: the process's cached CPU execution provider (`forget_cpu_provider`), the memory optimizer's runtime options,
+its memory observer's switch and probe (`memory_probe_unprofiled`), what a manager keeps once its session exists
+(`release_kept`), the input bookkeeping of a post-export model info (`add_graph_input`), ORT's gradient registry
+(`register_gradient`), and ort_zero's marks on ORT's objects.
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ def agent_session(agent: Any) -> Any:
 
 def device(manager: Any) -> Any:
     return manager._device
+
+
+def forget_cpu_provider() -> None:
+    """onnxruntime-training keeps one CPU execution provider per process, made with the session options of the
+    first session that asked for one, and gives it to every later session: their own `enable_cpu_mem_arena` is
+    not read. Forgetting it makes the next session's provider from that session's options; sessions that have
+    one keep it."""
+    from onnxruntime.capi._pybind_state import clear_training_ep_instances
+
+    clear_training_ep_instances()
 
 
 def forward_function(manager: Any) -> Any:

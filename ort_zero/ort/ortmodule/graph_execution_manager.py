@@ -65,7 +65,9 @@ def session_options(original: Callable) -> Callable:
     """ORTModule leaves ORT's intra-op pool at all cores per process: N ranks on one machine oversubscribe it.
 
     A graph with float32 fallbacks for 16-bit nodes runs without common-subexpression elimination
-    (`passes.half_precision_casts` says why). ORT's CPU arena is kept or not as `cpu_arena_kept` decides. With
+    (`passes.half_precision_casts` says why). ORT's CPU arena is kept or not as `cpu_arena_kept` decides; the
+    process's cached CPU provider is forgotten first for a CPU model, or its session would get the arena of whichever
+    session came first (ort_zero's kernel probes, another model's). With
     ORT_ZERO_ORT_PROFILE=<prefix> ORT's profiler records every node's time, written to
     <prefix>[_rank<R>]_<date>.json (`profile_written_at_exit`)."""
 
@@ -79,6 +81,8 @@ def session_options(original: Callable) -> Callable:
         if prefix := profile_prefix():
             session_options.enable_profiling = True
             session_options.profile_file_prefix = prefix
+        if ortmodule.device(self).type == "cpu":  # CUDA's sessions keep sharing their cached providers
+            ortmodule.forget_cpu_provider()
         return session_options, providers, provider_options
 
     return _get_session_config
