@@ -22,7 +22,12 @@ import torch
 from ... import settings
 from ...foreign import ortmodule
 from ...stack.cuda_provider import cuda_provider_required
-from ..passes.half_precision_casts import UnsupportedOpError, missing_kernel_message, widened_record
+from ..passes.half_precision_casts import (
+    UnsupportedOpError,
+    declares_16_bit,
+    missing_kernel_message,
+    widened_record,
+)
 from ..passes.recompute import recompute_record
 
 logger = logging.getLogger(__name__)
@@ -89,18 +94,21 @@ def session_options(original: Callable) -> Callable:
 
 
 def cpu_arena_kept(manager: Any) -> bool:
-    """ORT_ZERO_CPU_MEM_ARENA when set. Otherwise the arena stays, but for a graph on the CPU that recomputes its
-    layers (ORTMODULE_MEMORY_OPT_LEVEL, the Trainer's gradient checkpointing): the arena never hands memory back, so
-    it would hold the recompute's high-water mark through the optimizer step that the recompute exists to lower
-    (measured in docs/benchmarks.md). Like torch's CPU tensors, ORT's then come from glibc's heap, whose trims hand
-    them back."""
+    """ORT_ZERO_CPU_MEM_ARENA when set. Otherwise the arena stays, but not for a CPU graph that recomputes its layers
+    (ORTMODULE_MEMORY_OPT_LEVEL, the Trainer's gradient checkpointing) nor for a 16-bit model's: the arena never
+    hands memory back, so it would hold the step's high-water mark through DeepSpeed's optimizer step, where the
+    recompute lowers the peak and where a 16-bit model's step peaks (measured in docs/benchmarks.md). Like torch's
+    CPU tensors, ORT's then come from glibc's heap, whose trims hand them back."""
     if (chosen := settings.cpu_mem_arena()) is not None:
         return chosen
-    recomputes = recompute_record(graph_of(manager))["layers"]
-    if recomputes and ortmodule.device(manager).type == "cpu":
-        logger.info("ort_zero: ORT's CPU arena off: the graph recomputes layers (ORT_ZERO_CPU_MEM_ARENA=1 keeps it)")
-        return False
-    return True
+    if ortmodule.device(manager).type != "cpu":
+        return True
+    graph = graph_of(manager)
+    because = ("the graph recomputes layers" if recompute_record(graph)["layers"]
+               else "the model is 16-bit" if declares_16_bit(graph) else None)  # fmt: skip
+    if because:
+        logger.info("ort_zero: ORT's CPU arena off: %s (ORT_ZERO_CPU_MEM_ARENA=1 keeps it)", because)
+    return because is None
 
 
 def graph_of(manager: Any) -> Any:

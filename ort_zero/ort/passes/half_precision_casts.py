@@ -69,8 +69,8 @@ def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.Ope
     """The pass on any graph ORT is about to build a session of (the training graph, or ORTModule's inference
     graph) for a device of type `device`."""
     report = HalfPrecisionCasts()
-    if not any(elem_type in HALF_TYPES for elem_type in element_types(graph).values()):
-        return report  # a float32 model's graph declares no 16-bit value: no type inference for it
+    if not declares_16_bit(graph):
+        return report  # a float32 model's graph: no type inference for it
     types = value_types(graph, opsets, copy_of=lambda name: name.removesuffix(RECOMPUTE_SUFFIX))
     provider = PROVIDERS.get(device, "CPUExecutionProvider")
     nodes: list[onnx.NodeProto] = []
@@ -126,6 +126,11 @@ def missing_kernel_message(op_type: str, node_name: str, device: str, dtypes: st
     module = ".".join(part for part in node_name.split("/")[:-1] if part and part != "_original_module")
     where = f"module '{module}'" if module else "the model"
     return f"ort_zero: ONNX Runtime has no {device} kernel for {op_type} in {dtypes} ({where}, node '{node_name}')"
+
+
+def declares_16_bit(graph: onnx.GraphProto | None) -> bool:
+    """Whether a graph declares a bf16 or fp16 value: a 16-bit model's."""
+    return graph is not None and any(elem_type in HALF_TYPES for elem_type in element_types(graph).values())
 
 
 def widened_record(graph: onnx.GraphProto | None) -> dict[str, int]:
