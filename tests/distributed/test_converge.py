@@ -54,3 +54,17 @@ def test_converge_with_the_memory_optimizer_agrees_and_reports_its_recompute(tmp
     assert len(record["layers"]) == N_LAYER and all("blocks." in layer for layer in record["layers"]), record
     assert f"- {line}\n" in (tmp_path / "report.md").read_text()
     assert f"[converge] {line}\n" in result.stdout
+
+
+@pytest.mark.extended
+def test_converge_in_bf16_agrees_within_bf16s_own_spread(tmp_path: Path) -> None:
+    """The README's main job in bf16: its curves part at step 11 (one step's loss 0.9 off, then back), and PyTorch
+    parts from itself there too when it sums in another order; the report says so and the job agrees."""
+    argv = [str(CONSOLE_SCRIPT), "converge", "--precision", "bf16", "--timeout", "300", "--output-dir", str(tmp_path)]
+    result = run_launcher(argv, timeout=900, cwd=ROOT)
+    assert "[converge] AGREE" in result.stdout
+    report = (tmp_path / "report.md").read_text()
+    assert "verdict: **agree**" in report and "bf16's own spread" in report, report
+    for name in ("pytorch", "ort", "pytorch_reordered"):
+        assert (tmp_path / name / "losses.csv").is_file()
+    assert json.loads((tmp_path / "ort" / "ort.json").read_text())["training"]["session"]
