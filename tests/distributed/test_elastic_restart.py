@@ -1,11 +1,11 @@
 """A rank killed mid-run under `torchrun --max-restarts 1` (scripts/die_then_restart.py: rank 1 `os._exit`s at step
 5 of the first attempt; in the restarted attempt rank 0 starts its group 4 s after rank 1): the restarted attempt
-starts its own process group (ort_zero.distributed.attempt_store), resumes by itself from the newest checkpoint
-(`--resume auto`) and ends with the uninterrupted run's losses and weights, with torchrun's static and c10d
-rendezvous, natively and in ORT. Before attempt_store, the restarted ranks read the dead attempt's gloo addresses
-from torchrun's store: "connectFullMesh failed ... Connection refused", or both ranks waiting to be connected until
-the group's timeout. A restarted rank whose peer never starts its group fails after ORT_ZERO_COLLECTIVE_TIMEOUT
-with one line.
+forms its process group on a store without the dead attempt's addresses (ort_zero/restarts.py), resumes by itself
+from the newest checkpoint (`--resume auto`) and ends with the uninterrupted run's losses and weights, with
+torchrun's static and c10d rendezvous, natively and in ORT, whether ort_zero, DeepSpeed, torch or accelerate started
+the group. Without it, the restarted ranks read the dead attempt's gloo addresses from torchrun's store:
+"connectFullMesh failed ... Connection refused", or both ranks waiting to be connected until the group's timeout. A
+restarted rank whose peer never starts its group fails after ORT_ZERO_COLLECTIVE_TIMEOUT with one line.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ JOB = [
     "--deepspeed_config", str(CONFIG), "--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4",
     "--seed", "7", "--steps", "8", "--save-every", "3",
 ]  # fmt: skip
-MODES = {"native": ["--native"], "ort": ["--ort"]}
+MODES = {"native": ["--native"], "ort": ["--ort"], "hooks": ["--no-ort"]}
 HF_MODES = {"native": ["--no-ort"], "ort": []}
 TOLERANCE = 1e-5
 TIMEOUT = 500
@@ -97,6 +97,23 @@ def test_a_killed_rank_restarts_and_resumes_in_ort(
     check_restarted_run(tmp_path, done, uninterrupted["ort"])
     training = json.loads((tmp_path / "ort.json").read_text())["training"]
     assert training["session"] and BRIDGES <= set(training["python_ops"]), training
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        "deepspeed",
+        pytest.param("torch", marks=pytest.mark.extended),
+        pytest.param("accelerate", marks=pytest.mark.extended),
+    ],
+)
+def test_a_group_the_script_started_restarts_and_resumes(
+    tmp_path: Path, uninterrupted: dict[str, Path], group: str
+) -> None:
+    """The group started by DeepSpeed's `init_distributed()`, torch's `env://` or accelerate, not by ort_zero:
+    ort_zero's ZeRO-3 setup takes the addresses out of torchrun's store (ort_zero/restarts.py)."""
+    done = launch(DIE_THEN_RESTART, tmp_path, "hooks", env={"DIE_THEN_RESTART_GROUP": group})
+    check_restarted_run(tmp_path, done, uninterrupted["hooks"])
 
 
 @pytest.mark.extended

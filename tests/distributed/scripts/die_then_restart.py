@@ -3,6 +3,8 @@ the first attempt rank 1 dies abruptly (`os._exit`, as a killed process) at the 
 restarted attempt rank 0 starts its process group START_DELAY seconds after rank 1 (the ranks of a restarted job
 never start together). With DIE_THEN_RESTART_NEVER_START=1 the restarted rank 0 never starts its group (a rank that
 cannot come back): rank 1 can only wait. Each rank says which attempt it is in when it starts its group.
+DIE_THEN_RESTART_GROUP says who starts the group: ort_zero's `init_distributed` (default), `deepspeed` (DeepSpeed's
+`init_distributed()`), `torch` (`init_process_group` with `env://`) or `accelerate` (its `PartialState`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from datetime import timedelta
 from typing import Any
+
+import torch.distributed as dist
 
 from ort_zero.examples import rank_run, train_gpt, train_hf
 
@@ -21,6 +26,7 @@ EXIT_CODE = 17
 ATTEMPT = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 NEVER_START = os.environ.get("DIE_THEN_RESTART_NEVER_START") == "1"
 EXAMPLE = os.environ.get("DIE_THEN_RESTART_EXAMPLE", "train_gpt")
+GROUP = os.environ.get("DIE_THEN_RESTART_GROUP", "ort_zero")
 
 _step = train_gpt.Trainer.step
 _step_begin = train_hf.StepLosses.on_step_begin
@@ -48,7 +54,24 @@ def init_distributed_late(*args: Any, **kwargs: Any) -> tuple[int, int]:
     if ATTEMPT > 0 and rank == "0":
         time.sleep(3600 if NEVER_START else START_DELAY)  # the launcher stops a rank that never starts
     print(f"die_then_restart: attempt {ATTEMPT} rank {rank} starts its group", flush=True)
-    return _init_distributed(*args, **kwargs)
+    return _init_distributed(*args, **kwargs) if GROUP == "ort_zero" else start_group_without_ort_zero(*args)
+
+
+def start_group_without_ort_zero(timeout: timedelta) -> tuple[int, int]:
+    """The group as a script that does not call ort_zero for it starts it."""
+    if GROUP == "deepspeed":
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo", timeout=timeout)
+    elif GROUP == "torch":
+        dist.init_process_group("gloo", init_method="env://", timeout=timeout)
+    elif GROUP == "accelerate":
+        from accelerate import PartialState
+
+        PartialState(cpu=True, backend="gloo", timeout=timeout)
+    else:
+        raise ValueError(f"DIE_THEN_RESTART_GROUP={GROUP!r}: ort_zero, deepspeed, torch or accelerate")
+    return dist.get_rank(), dist.get_world_size()
 
 
 if __name__ == "__main__":
