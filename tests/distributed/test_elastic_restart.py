@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from launcher import final_weights, free_port, logged_losses, run_launcher, torchrun_cmd
+from launcher import Launch, final_weights, free_port, logged_losses, run_launcher, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_GPT = ROOT / "ort_zero" / "examples" / "train_gpt.py"
@@ -142,3 +142,24 @@ def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path) -> None:
     assert len(logged_losses(tmp_path / "ort")) == 8
     assert logged_losses(tmp_path / "ort") == pytest.approx(logged_losses(tmp_path / "native"), abs=TOLERANCE)
     assert json.loads((tmp_path / "ort" / "ort.json").read_text())["training"]["session"]
+
+
+@pytest.mark.extended
+def test_two_nodes_restart_and_resume_from_the_same_checkpoint(tmp_path: Path, uninterrupted: dict[str, Path]) -> None:
+    """Two torchrun agents (one rank each, c10d rendezvous) as two nodes; rank 1 dies once. Each agent counts its
+    restarts on its own; both ranks of the new round resume at the same step onto the uninterrupted run's losses."""
+    port, out = free_port(), tmp_path / "run"
+    options = ("--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}")
+    env = {"DIE_THEN_RESTART_ONCE": str(tmp_path / "died")}
+    args = [*JOB, "--resume", "auto", *MODES["hooks"], "--output-dir", str(out)]
+    nodes = [
+        torchrun_cmd(DIE_THEN_RESTART, args, port=port, nproc=1, nnodes=2, node_rank=n, options=options) for n in (0, 1)
+    ]
+    with Launch(nodes[0], env=env, cwd=ROOT) as first, Launch(nodes[1], env=env, cwd=ROOT) as second:
+        done = [first.finish(timeout=TIMEOUT, check=False), second.finish(timeout=TIMEOUT, check=False)]
+    output = done[0].stdout + done[1].stdout
+    assert [node.returncode for node in done] == [0, 0], output[-6000:]
+    assert "die_then_restart: rank 1 exits with 17 at step 5" in output
+    resumed = sorted(line.split(" rank ")[1] for line in output.splitlines() if "resumes at step 3" in line)
+    assert resumed == ["0 resumes at step 3", "1 resumes at step 3"], output[-6000:]
+    assert logged_losses(out) == pytest.approx(logged_losses(uninterrupted["hooks"]), abs=TOLERANCE)
