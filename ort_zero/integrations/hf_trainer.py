@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import inspect
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -131,11 +132,15 @@ class ORTZeroTrainer(Trainer):
         return in_ort(model)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *more: Any, **kwargs: Any) -> Any:
-        """`resume_from_checkpoint=True` resumes from the newest checkpoint every rank finished, not the newest
-        folder (one cut short by a lost rank is skipped, with a warning); without one, the Trainer's own error."""
+        """`resume_from_checkpoint=True` resumes from the newest checkpoint every rank finished and whose files all
+        read, not the newest folder (one cut short by a lost rank, or with a truncated or corrupt file, is skipped,
+        with a warning); without one, the Trainer's own error. A chosen folder with such a file raises
+        `checkpoints.DamagedCheckpoint`, naming it, before anything loads."""
         if resume_from_checkpoint is True:
             complete = checkpoints.last_complete_checkpoint(self.args.output_dir)
             resume_from_checkpoint = str(complete) if complete else True
+        elif resume_from_checkpoint:
+            checkpoints.require_readable(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint, *more, **kwargs)
 
     def _save_rng_state(self, output_dir: str) -> None:

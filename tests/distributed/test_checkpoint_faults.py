@@ -7,6 +7,10 @@ The job keeps no parameter persistent (`stage3_param_persistence_threshold` 0): 
 collective left in its save and, natively, writes `latest` naming the half-written tag (measured; ort_zero's
 zero3/saving.py writes it after every rank's files).
 
+A file of the newest checkpoint cut to half (a failed copy; rank 1's optimizer states in the default set, the model
+states, the Trainer state and DeepSpeed's `latest` in the extended one): `--resume` says in one line (on each rank)
+which file is damaged and resumes from the checkpoint before, onto the uninterrupted curve.
+
 A disk that fills up (a tmpfs with room for one checkpoint as the output directory): before checkpoint-4 every rank
 stops with one error naming the directory and the space needed, nothing of it written; checkpoint-2 and its `latest`
 stay, and the run resumes from them once there is room.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,6 +94,38 @@ def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_to_resume_fro
     evidence = json.loads((out / "ort.json").read_text())
     assert evidence["training"]["session"], "the resumed run did not train in ORT"
     assert (cut / "trainer_state.json").is_file() and (cut / "latest").read_text() == "global_step4"
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job in ORT, to its end: checkpoint-2, -4 and -6."""
+    folder = tmp_path_factory.mktemp("finished") / "run"
+    launch(TRAINER, folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        "global_step6/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        pytest.param("global_step6/zero_pp_rank_0_mp_rank_00_model_states.pt", marks=pytest.mark.extended),
+        pytest.param("trainer_state.json", marks=pytest.mark.extended),
+        pytest.param("latest", marks=pytest.mark.extended),
+    ],
+)
+def test_a_damaged_file_in_the_newest_checkpoint_is_named_and_the_one_before_resumed(
+    tmp_path: Path, finished_run: Path, uninterrupted: list[float], damaged: str
+) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    path = out / "checkpoint-6" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    resumed = launch(TRAINER, out, "--resume")
+    said = {line for line in output(resumed).splitlines() if f"checkpoint-6 damaged ({damaged} (" in line}
+    assert len(said) == 1, output(resumed)[-3000:]  # the same line from each rank
+    assert said.pop().endswith("; resuming from checkpoint-4")
+    assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
+    assert json.loads((out / "result.json").read_text())["steps"] == 6
 
 
 @pytest.fixture
