@@ -67,4 +67,6 @@ def _unreadable_safetensors(path: Path) -> str | None:
     if header is None:
         return "truncated: its header is cut short or not JSON"
     end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
-    return None if 8 + header_size + end == size else f"truncated: {size} bytes, its header says {8 + header_size + end}"
+    return (
+        None if 8 + header_size + end == size else f"truncated: {size} bytes, its header says {8 + header_size + end}"
+    )

@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 from transformers import Trainer, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .. import api, patches, settings
+from .. import api, disk_space, patches, settings
 from ..foreign import accelerate as accelerate_internals
 from ..foreign import transformers as transformers_internals
 from ..zero3 import checkpointing
@@ -142,6 +143,13 @@ class ORTZeroTrainer(Trainer):
         elif resume_from_checkpoint:
             checkpoints.require_readable(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint, *more, **kwargs)
+
+    def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
+        """The Trainer's save; a disk that fills meanwhile ends it in one line naming the directory
+        (`disk_space.DiskFilledDuringSave`), not torch's `iostream error`."""
+        step = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        with disk_space.saving_into(Path(self._get_output_dir(trial=trial)), step):
+            super()._save_checkpoint(model, trial)
 
     def _save_rng_state(self, output_dir: str) -> None:
         """The Trainer's last per-rank write of a checkpoint; rank 0 writes the Trainer state (the folder's last
