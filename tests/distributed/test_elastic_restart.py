@@ -11,6 +11,7 @@ restarted rank whose peer never starts its group fails after ORT_ZERO_COLLECTIVE
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -162,4 +163,20 @@ def test_two_nodes_restart_and_resume_from_the_same_checkpoint(tmp_path: Path, u
     assert "die_then_restart: rank 1 exits with 17 at step 5" in output
     resumed = sorted(line.split(" rank ")[1] for line in output.splitlines() if "resumes at step 3" in line)
     assert resumed == ["0 resumes at step 3", "1 resumes at step 3"], output[-6000:]
+    assert logged_losses(out) == pytest.approx(logged_losses(uninterrupted["hooks"]), abs=TOLERANCE)
+
+
+@pytest.mark.extended
+def test_a_damaged_newest_checkpoint_is_skipped_by_resume_auto(tmp_path: Path, uninterrupted: dict[str, Path]) -> None:
+    """train_gpt's `--resume auto` with rank 1's optimizer states of the newest tag cut to half: one line naming the
+    file, then the run resumes from the tag before and ends on the uninterrupted losses."""
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted["hooks"], out)
+    damaged = out / "checkpoints" / "global_step8" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    done = launch(TRAIN_GPT, out, "hooks")
+    assert done.returncode == 0, done.stdout[-6000:]
+    said = [line for line in done.stdout.splitlines() if "global_step8 damaged (" in line]
+    assert len(said) == 1 and said[0].startswith(f"train_gpt: {out / 'checkpoints' / 'global_step8'} damaged"), said
+    assert f"({damaged.name} (truncated" in said[0] and said[0].endswith("; resuming from global_step6")
     assert logged_losses(out) == pytest.approx(logged_losses(uninterrupted["hooks"]), abs=TOLERANCE)
