@@ -8,7 +8,6 @@ import os
 
 from . import patches, settings
 from .ort_import import prepare_for_ort
-from .restarts import forget_group_addresses
 
 logger = logging.getLogger(__name__)
 
@@ -19,11 +18,10 @@ _MEM_GRAD_ENV = "ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT"
 def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
     """Route DeepSpeed ZeRO-3 through ort_zero's hooks; with onnxruntime-training installed, ORTModule too.
 
-    Call before `deepspeed.initialize` (and before wrapping with ORTModule), on every rank. Idempotent. From then on
-    the process group ends in order when the interpreter exits (`ort_zero.distributed.shut_down_at_exit`); under
-    torchrun the addresses of a group already started are taken out of the agent's store (`ort_zero.restarts`).
-    `mem_efficient_grads` hands each parameter gradient to PyTorch as soon as ORT computes it; None keeps the current
-    setting (or ORT's ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1).
+    Call before `deepspeed.initialize` (and before wrapping with ORTModule). Idempotent. From then on the process
+    group ends in order when the interpreter exits (`ort_zero.distributed.shut_down_at_exit`). `mem_efficient_grads`
+    hands each parameter gradient to PyTorch as soon as ORT computes it; None keeps the current setting (or ORT's
+    ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1).
     """
     settings.check_environment()
     prepare_for_ort()
@@ -31,7 +29,6 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
     from .distributed import quiet_deprecated_collectives, shut_down_at_exit  # imports DeepSpeed: not at import
 
     shut_down_at_exit()  # the process group (ort_zero's, DeepSpeed's or the Trainer's) ends in order at exit
-    forget_group_addresses()  # a group the script started: a restarted torchrun attempt must not read its keys
     quiet_deprecated_collectives()
     if ort_training_installed():
         if "ORTMODULE_FALLBACK_POLICY" not in os.environ:

@@ -6,8 +6,9 @@ the agent does not). Gloo publishes each rank's address there under its group's 
 a subgroup's `default_pg/0//<name>//cpu//0/<rank>`) and never removes them: a restarted rank reads a dead peer's
 address before the peer has written its new one and fails with "connectFullMesh failed ... Connection refused".
 Once every rank of a group has connected its keys serve nothing, so ort_zero deletes them wherever it runs after
-groups form (its `init_distributed`, `enable_zero3`, DeepSpeed's ZeRO-3 setup): the next attempt finds no address
-but those its own ranks write, however the script started its group and whatever each node's restart count.
+groups form (its `init_distributed`, `ORTZeroTrainer`, DeepSpeed's ZeRO-3 setup, the first agreed step end): the
+next attempt finds no address but those its own ranks write, however the script started its group and whatever each
+node's restart count.
 """
 
 from __future__ import annotations

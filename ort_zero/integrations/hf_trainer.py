@@ -28,6 +28,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from .. import api, disk_space, patches, settings
 from ..foreign import accelerate as accelerate_internals
 from ..foreign import transformers as transformers_internals
+from ..restarts import forget_group_addresses
 from ..zero3 import checkpointing
 from . import checkpoints, model_types, preemption
 
@@ -115,6 +116,7 @@ class ORTZeroTrainer(Trainer):
         model, args = bound.arguments.get("model"), bound.arguments.get("args")
         check_arguments(args, model)
         api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
+        forget_group_addresses()  # a group the script started: a restarted torchrun attempt must not read them
         if "trl" in sys.modules:  # a TRL trainer (integrations/trl.py)
             patches.apply_group(patches.TRL)
         bound.arguments["args"] = recompute_instead_of_checkpointing(args, model)
