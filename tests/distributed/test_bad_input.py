@@ -88,9 +88,11 @@ def test_surviving_node_reports_the_lost_rank(tmp_path: Path, mode: str) -> None
     ]
 
 
-def test_collective_timeout_ends_a_hung_run(tmp_path: Path) -> None:
-    """Rank 1 stops answering: rank 0 gives up after ORT_ZERO_COLLECTIVE_TIMEOUT and says so; torchrun ends the run."""
-    argv = torchrun_cmd(DIE_MID_RUN, dying_args(tmp_path), port=free_port())
+@pytest.mark.parametrize("mode", ["--no-ort", pytest.param("--ort", marks=pytest.mark.extended)])
+def test_collective_timeout_ends_a_hung_run(tmp_path: Path, mode: str) -> None:
+    """Rank 1 stops answering: rank 0 gives up after ORT_ZERO_COLLECTIVE_TIMEOUT and says so; torchrun ends the run.
+    In ORT rank 0 waits inside a PythonOp's gather: the same line."""
+    argv = torchrun_cmd(DIE_MID_RUN, dying_args(tmp_path, mode), port=free_port())
     env = {"ORT_ZERO_COLLECTIVE_TIMEOUT": str(HANG_TIMEOUT_S), "DIE_MID_RUN_HANG": "1"}
     result = run_launcher(argv, timeout=TIMEOUT, env=env, cwd=ROOT, check=False)
     seconds = seconds_since_death(result)

@@ -130,10 +130,12 @@ def test_a_restarted_rank_whose_peer_never_starts_fails_in_one_line(tmp_path: Pa
 
 
 @pytest.mark.extended
-def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", ["ort_zero", "deepspeed"])
+def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path, group: str) -> None:
     """train_hf (ORTZeroTrainer, checkpoint-N every 3 steps) under the same fault: the restarted attempt resumes
-    from checkpoint-3 (`--resume auto`: the newest complete checkpoint) onto transformers.Trainer's curve."""
-    env, job = {"DIE_THEN_RESTART_EXAMPLE": "train_hf"}, (*HF_JOB, "--resume", "auto")
+    from checkpoint-3 (`--resume auto`: the newest complete checkpoint) onto transformers.Trainer's curve; also when
+    the script starts the group with DeepSpeed's `init_distributed()` before creating the Trainer (issue 56)."""
+    env, job = {"DIE_THEN_RESTART_EXAMPLE": "train_hf", "DIE_THEN_RESTART_GROUP": group}, (*HF_JOB, "--resume", "auto")
     done = launch(DIE_THEN_RESTART, tmp_path / "ort", "ort", env=env, job=job, modes=HF_MODES)
     assert done.returncode == 0, done.stdout[-6000:]
     assert "die_then_restart: rank 1 exits with 17 at step 5" in done.stdout
