@@ -150,8 +150,8 @@ class ORTZeroTrainer(Trainer):
         """The Trainer's save; a disk that fills meanwhile ends it in one line naming the directory
         (`disk_space.DiskFilledDuringSave`), not torch's `iostream error`."""
         step = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        with disk_space.saving_into(Path(self._get_output_dir(trial=trial)), step):
-            super()._save_checkpoint(model, trial)
+        with disk_space.saving_into(Path(transformers_internals.checkpoint_root(self, trial)), step):
+            transformers_internals.save_checkpoint(ORTZeroTrainer, self, model, trial)
 
     def _save_rng_state(self, output_dir: str) -> None:
         """The Trainer's last per-rank write of a checkpoint; rank 0 writes the Trainer state (the folder's last
