@@ -3,7 +3,7 @@ accelerator's own backend elsewhere (nccl on CUDA), one device per local rank. U
 and world size through mpi4py and takes its rendezvous port from `distributed_port`, so the launcher's MASTER_PORT
 is passed on. Once ort_zero is enabled or has started the process group, the process group ends in order at
 interpreter exit too (`shut_down_at_exit`), whether or not the script ends it. Under torchrun every attempt of an
-elastic job starts its group on keys of its own (`attempt_store`)."""
+elastic job leaves no addresses behind for the next one (`restarts.forget_group_addresses`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from datetime import timedelta
 import deepspeed
 import torch.distributed as dist
 from deepspeed.accelerator import get_accelerator
-from deepspeed.constants import default_pg_timeout
 
 from .foreign import deepspeed as ds_internals
+from .restarts import forget_group_addresses
 
 
 def init_distributed(timeout: timedelta | None = None) -> tuple[int, int]:
@@ -29,37 +29,14 @@ def init_distributed(timeout: timedelta | None = None) -> tuple[int, int]:
     backend = "gloo" if on_cpu else accelerator.communication_backend_name()
     options = {"timeout": timeout} if timeout is not None else {}
     port = int(os.environ.get("MASTER_PORT", 29500))
-    store = attempt_store(timeout or default_pg_timeout)  # DeepSpeed's default
-    if store is not None and not dist.is_initialized():  # DeepSpeed takes over a group torch already has
-        world = int(os.environ["WORLD_SIZE"])
-        dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=world, **options)
     deepspeed.init_distributed(dist_backend=backend, distributed_port=port, **options)
+    forget_group_addresses()  # a restarted attempt of this torchrun job must not read them
     shut_down_at_exit()
     quiet_deprecated_collectives()  # from the first gather on (zero.Init's, before ort_zero may be enabled)
     if not on_cpu:
         accelerator.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     remove_shared_memory_files()
     return dist.get_rank(), dist.get_world_size()
-
-
-# torchrun's agent serves one store for the whole job; every attempt (TORCHELASTIC_RESTART_COUNT) gets its prefix.
-RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
-
-
-def attempt_store(timeout: timedelta) -> dist.Store | None:
-    """The keys this attempt of a torchrun job starts its process group on; None outside torchrun's agent store.
-
-    torchrun's agent keeps one TCPStore for all attempts of a job (its static rendezvous, and its c10d rendezvous's
-    shared store), and torch's `env://` connects to it without a prefix (torch 2.15's comment: "We create a new
-    TCPStore for every retry", which these agents do not). A restarted attempt's gloo then reads the addresses
-    every rank of the dead attempt left there and fails with "connectFullMesh failed ... Connection refused" when a
-    rank reads them before its peer has written its new ones. A prefix per attempt gives each attempt its own keys.
-    """
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or RESTART_COUNT_ENV not in os.environ:
-        return None
-    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    agent_store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
-    return dist.PrefixStore(f"ort_zero/attempt_{os.environ[RESTART_COUNT_ENV]}/default_pg", agent_store)
 
 
 def remove_shared_memory_files() -> None:

@@ -8,8 +8,10 @@ passes find and read ort_zero's PythonOps with it. Imports `onnx` only when a ca
 
 from __future__ import annotations
 
+import functools
 import itertools
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
@@ -21,6 +23,40 @@ T = TypeVar("T")
 
 PYTHON_OP = "PythonOp"
 MS_DOMAIN = "com.microsoft"
+
+# ORT reports an exception raised in a PythonOp's Python callback as its own RuntimeError ("Non-zero status code
+# returned while running PythonOp node ... Get null result"), without the exception: the cause (a peer lost during a
+# gather) is gone by the time the caller of the graph sees it. ort_zero's Functions note it here (`records_errors`).
+ORT_PYTHON_OP_FAILURE = "running PythonOp node"
+_raised_in_callback: list[BaseException] = []  # the last exception one of ort_zero's Functions raised
+FunctionClass = TypeVar("FunctionClass", bound=type)
+
+
+def records_errors(function_class: FunctionClass) -> FunctionClass:
+    """An autograd Function whose forward and backward note what they raise, for `cause_of` (a class decorator)."""
+    for name in ("forward", "backward"):
+        setattr(function_class, name, staticmethod(_noting_errors(getattr(function_class, name))))
+    return function_class
+
+
+def _noting_errors(callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except Exception as error:
+            _raised_in_callback[:] = [error]
+            raise
+
+    return noting
+
+
+def cause_of(error: BaseException) -> BaseException:
+    """What one of ort_zero's Functions raised inside ORT when `error` is ORT's report of a failed PythonOp; else
+    `error` itself."""
+    if ORT_PYTHON_OP_FAILURE in str(error) and _raised_in_callback:
+        return _raised_in_callback[0]
+    return error
 
 
 def function_name(cls: type) -> str:

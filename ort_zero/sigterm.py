@@ -12,6 +12,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .restarts import forget_group_addresses
+
 
 class StopRequest:
     """SIGTERM noted on this rank; `agreed()`, called by every rank at the same step boundary, says whether any rank
@@ -21,7 +23,7 @@ class StopRequest:
     the process."""
 
     def __init__(self) -> None:
-        self.signalled = self.stopping = False
+        self.signalled = self.stopping = self._first_step_seen = False
         self._previous: Any = None
         self._installed = False
 
@@ -49,7 +51,11 @@ class StopRequest:
 
     def agreed(self) -> bool:
         """Whether any rank has been sent SIGTERM: one all-reduce of a flag (a collective: every rank calls it at the
-        same step boundary, from the main thread)."""
+        same step boundary, from the main thread). At the first, every group of the run has formed (the engine's
+        too): under torchrun their addresses leave the agent's store (ort_zero/restarts.py)."""
+        if not self._first_step_seen:
+            self._first_step_seen = True
+            forget_group_addresses()
         stop = self.signalled
         if dist.is_available() and dist.is_initialized():
             flag = torch.tensor([int(stop)], dtype=torch.int32, device=collective_device())

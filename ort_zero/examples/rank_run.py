@@ -11,6 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ort_zero import python_op
 from ort_zero.distributed import init_distributed
 
 TIMEOUT_ENV = "ORT_ZERO_COLLECTIVE_TIMEOUT"  # seconds a collective waits for the other ranks
@@ -47,15 +48,18 @@ def collective_timeout() -> timedelta:
 
 def lost_contact(error: RuntimeError) -> bool:
     """Whether a collective failed because another rank is gone or stuck: gloo's transport errors (peer closed the
-    connection, send/recv timed out) and torch's distributed errors (NCCL watchdog, store). Anything else is a bug
+    connection, send/recv timed out) and torch's distributed errors (NCCL watchdog, store), also when raised inside
+    ORT's graph (a PythonOp's gather: ORT's error hides it, `python_op.cause_of` finds it). Anything else is a bug
     whose traceback must be shown."""
-    return isinstance(error, dist.DistError) or "gloo/transport/" in str(error)
+    cause = python_op.cause_of(error)
+    return isinstance(cause, dist.DistError) or "gloo/transport/" in str(cause)
 
 
 def report_lost_contact(program: str, error: RuntimeError, rank: int, step: int | None) -> None:
     """One line on stderr: which rank lost contact, when, and the transport's own words."""
     where = f"during step {step}" if step is not None else "outside the training steps"
-    detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    cause = python_op.cause_of(error)
+    detail = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
     print(
         f"{program}: error (rank {rank}): lost contact with another rank {where} ({detail}); "
         "a rank died or the network failed",

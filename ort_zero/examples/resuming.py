@@ -6,13 +6,17 @@ attempt of a job restarted by `torchrun --max-restarts N` (the first attempt sta
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from ort_zero.examples.rank_run import UsageError
+from ort_zero.integrations.checkpoint_files import damaged_file
 from ort_zero.zero3.universal import LATEST_UNIVERSAL, UNIVERSAL_SUFFIX, latest_tag, saved_world_size
 
 ALWAYS, AUTO = "always", "auto"
+STEP_TAG = re.compile(r"^global_step(\d+)$")  # DeepSpeed's default tag
 
 
 def add_resume_argument(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +61,7 @@ def check_saved_ranks(checkpoint_dir: Path, world_size: int, universal: bool) ->
         if latest_tag(checkpoint_dir, LATEST_UNIVERSAL) != f"{tag}{UNIVERSAL_SUFFIX}":
             raise UsageError(f"--universal: {checkpoint_dir}/{tag} has no universal form yet; {convert}")
         return
-    saved = saved_world_size(checkpoint_dir / tag)
+    saved = saved_world_size(checkpoint_dir / tag) if (checkpoint_dir / tag).is_dir() else 0
     if saved and saved != world_size:
         raise UsageError(
             f"{checkpoint_dir / tag} was written by {saved} ranks and this run has {world_size}; {convert} and "
@@ -92,3 +96,30 @@ def trainer_deepspeed_config(path: Path | None, universal: bool) -> str | dict[s
     from ort_zero.examples.config import load_config
 
     return universal_loading(load_config(path))
+
+
+def readable_tag(checkpoint_dir: Path, program: str, rank: int) -> str | None:
+    """The DeepSpeed tag in `checkpoint_dir` to resume from: the one `latest` names if its files all read whole, else
+    the newest `global_stepN` whose files do, written by as many ranks (rank 0 says so in one line naming the damaged
+    file); None without `latest`. A UsageError naming the file when no tag reads."""
+    tag = latest_tag(checkpoint_dir)
+    if tag is None:
+        return None
+    named = checkpoint_dir / tag
+    damage = damaged_file(named) if named.is_dir() else f"`latest` names {tag}, which is not a folder"
+    if damage is None:
+        return tag
+    ranks = saved_world_size(named) if named.is_dir() else 0
+    for older in tags_newest_first(checkpoint_dir):
+        saved_by = saved_world_size(older)
+        if older != named and saved_by and saved_by == (ranks or saved_by) and damaged_file(older) is None:
+            if rank == 0:
+                print(f"{program}: {named} damaged ({damage}); resuming from {older.name}", file=sys.stderr)
+            return older.name
+    raise UsageError(f"cannot resume from {named}: {damage}, and no other checkpoint in {checkpoint_dir} reads whole")
+
+
+def tags_newest_first(checkpoint_dir: Path) -> list[Path]:
+    """DeepSpeed's `global_stepN` folders in `checkpoint_dir`, highest N first."""
+    steps = {int(m.group(1)): path for path in checkpoint_dir.iterdir() if (m := STEP_TAG.match(path.name))}
+    return [steps[step] for step in sorted(steps, reverse=True)]

@@ -52,6 +52,7 @@ from ort_zero.examples.resuming import (
     add_resume_argument,
     check_saved_ranks,
     check_universal,
+    readable_tag,
     universal_loading,
 )
 from ort_zero.models import GPT, GPTConfig
@@ -107,7 +108,7 @@ class Trainer:
             if self.rank == 0:
                 print(f"train_gpt: no checkpoint in {self.checkpoint_dir}; starting at step 0", file=sys.stderr)
             return 0
-        load_path, client_state = self.engine.load_checkpoint(str(self.checkpoint_dir))
+        load_path, client_state = self.engine.load_checkpoint(str(self.checkpoint_dir), tag=self.args.resume_tag)
         if load_path is None:
             raise RuntimeError(f"DeepSpeed could not load the checkpoint in {self.checkpoint_dir}")
         return int(client_state["next_step"])
@@ -258,7 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = start_process_group("train_gpt", timeout)
     try:
         check_batch(config, world_size, args.deepspeed_config)
-        if args.resume:
+        if args.resume:  # a damaged newest checkpoint is skipped (resume_tag), said in one line
+            args.resume_tag = (
+                None if args.universal else readable_tag(args.output_dir / "checkpoints", "train_gpt", rank)
+            )
             check_saved_ranks(args.output_dir / "checkpoints", world_size, args.universal)
         model = build_model(args)
     except (UsageError, ConfigError) as error:

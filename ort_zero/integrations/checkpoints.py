@@ -3,7 +3,8 @@
 The Trainer writes `checkpoint-N/` in place and resumes (`resume_from_checkpoint=True`) from the highest N, finished
 or not: a rank lost while saving leaves a folder that `get_last_checkpoint` picks and DeepSpeed cannot load. In
 ORTZeroTrainer every rank has written its files before rank 0 writes the Trainer state, the folder's last file
-(`ORTZeroTrainer._save_rng_state`); so a folder with it is complete, and one without it was cut short. Before each
+(`ORTZeroTrainer._save_rng_state`); so a folder with it is complete, and one without it was cut short. A complete
+folder whose files no longer read whole (a truncated copy, bit rot: checkpoint_files.py) is skipped too. Before each
 save the ranks agree that the disk has room for it (`SpaceBeforeSave`, ort_zero/disk_space.py).
 """
 
@@ -19,6 +20,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .. import disk_space
+from .checkpoint_files import damaged_file
 
 logger = logging.getLogger(__name__)
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -36,18 +38,40 @@ def checkpoint_folders(output_dir: str | Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
+class DamagedCheckpoint(ValueError):
+    """A checkpoint chosen to resume from has a file that does not read whole; the message names it."""
+
+
 def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint folder in `output_dir` (None if there is none); newer incomplete ones are
-    named in a warning."""
-    folders = checkpoint_folders(output_dir)
-    complete = next((folder for folder in folders if is_complete(folder)), None)
-    skipped = folders[: folders.index(complete)] if complete else folders
-    if complete and skipped:
-        logger.warning(
-            "ort_zero: %s incomplete (no %s: a rank stopped while saving it); resuming from %s",
-            ", ".join(folder.name for folder in skipped), TRAINER_STATE_NAME, complete.name,
-        )  # fmt: skip
-    return complete
+    """The newest complete checkpoint folder in `output_dir` whose files all read (None if there is none); the
+    newer ones skipped are named in one warning, with why."""
+    skipped: list[str] = []
+    for folder in checkpoint_folders(output_dir):
+        fault = why_not_resumable(folder)
+        if fault is None:
+            if skipped:
+                logger.warning("ort_zero: %s; resuming from %s", "; ".join(skipped), folder.name)
+            return folder
+        skipped.append(f"{folder.name} {fault}")
+    return None
+
+
+def why_not_resumable(folder: Path) -> str | None:
+    """Why a run cannot resume from `folder` ("incomplete (...)", "damaged (...)"); None if it can."""
+    if not is_complete(folder):
+        return f"incomplete (no {TRAINER_STATE_NAME}: a rank stopped while saving it)"
+    damage = damaged_file(folder)
+    return f"damaged ({damage})" if damage is not None else None
+
+
+def require_readable(folder: Path) -> None:
+    """Raise `DamagedCheckpoint` naming the file of `folder` that does not read whole, if one does not."""
+    damage = damaged_file(folder) if folder.is_dir() else None
+    if damage is not None:
+        raise DamagedCheckpoint(
+            f"cannot resume from {folder}: {damage}; resume from an older checkpoint, or with "
+            "resume_from_checkpoint=True (--resume) from the newest whose files all read"
+        )
 
 
 class SpaceBeforeSave(TrainerCallback):

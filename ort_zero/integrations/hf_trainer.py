@@ -18,14 +18,17 @@ from __future__ import annotations
 import copy
 import inspect
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import Trainer, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .. import api, patches, settings
+from .. import api, disk_space, patches, settings
 from ..foreign import accelerate as accelerate_internals
 from ..foreign import transformers as transformers_internals
+from ..restarts import forget_group_addresses
 from ..zero3 import checkpointing
 from . import checkpoints, model_types, preemption
 
@@ -113,6 +116,7 @@ class ORTZeroTrainer(Trainer):
         model, args = bound.arguments.get("model"), bound.arguments.get("args")
         check_arguments(args, model)
         api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
+        forget_group_addresses()  # a group the script started: a restarted torchrun attempt must not read them
         if "trl" in sys.modules:  # a TRL trainer (integrations/trl.py)
             patches.apply_group(patches.TRL)
         bound.arguments["args"] = recompute_instead_of_checkpointing(args, model)
@@ -131,12 +135,23 @@ class ORTZeroTrainer(Trainer):
         return in_ort(model)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *more: Any, **kwargs: Any) -> Any:
-        """`resume_from_checkpoint=True` resumes from the newest checkpoint every rank finished, not the newest
-        folder (one cut short by a lost rank is skipped, with a warning); without one, the Trainer's own error."""
+        """`resume_from_checkpoint=True` resumes from the newest checkpoint every rank finished and whose files all
+        read, not the newest folder (one cut short by a lost rank, or with a truncated or corrupt file, is skipped,
+        with a warning); without one, the Trainer's own error. A chosen folder with such a file raises
+        `checkpoints.DamagedCheckpoint`, naming it, before anything loads."""
         if resume_from_checkpoint is True:
             complete = checkpoints.last_complete_checkpoint(self.args.output_dir)
             resume_from_checkpoint = str(complete) if complete else True
+        elif resume_from_checkpoint:
+            checkpoints.require_readable(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint, *more, **kwargs)
+
+    def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
+        """The Trainer's save; a disk that fills meanwhile ends it in one line naming the directory
+        (`disk_space.DiskFilledDuringSave`), not torch's `iostream error`."""
+        step = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        with disk_space.saving_into(Path(transformers_internals.checkpoint_root(self, trial)), step):
+            transformers_internals.save_checkpoint(ORTZeroTrainer, self, model, trial)
 
     def _save_rng_state(self, output_dir: str) -> None:
         """The Trainer's last per-rank write of a checkpoint; rank 0 writes the Trainer state (the folder's last

@@ -13,12 +13,13 @@ from typing import Any
 import onnx
 import torch
 
-from ..python_op import KeyedRegistry, ints_attribute, onnx_dtype
+from ..python_op import KeyedRegistry, ints_attribute, onnx_dtype, records_errors
 
 RETRIEVED_PARAMS: KeyedRegistry[torch.nn.Parameter] = KeyedRegistry("parameter handed to ORT")
 """The parameters `ParamRetrieval` nodes hand to ORT, by the key their node carries (`id(param)`)."""
 
 
+@records_errors
 class ParamPull(torch.autograd.Function):
     """Source of the placeholders that stand for partitioned parameters in the rewritten graph."""
 
@@ -38,6 +39,7 @@ class ParamPull(torch.autograd.Function):
         return [[1]] * count, [onnx.TensorProto.FLOAT] * count
 
 
+@records_errors
 class ParamRetrieval(torch.autograd.Function):
     """Hands one parameter to ORT in forward; gives its gradient to PyTorch in backward (`param.backward(grad)`:
     AccumulateGrad and every hook on the parameter fire during ORT's backward)."""

@@ -24,6 +24,7 @@ from ..hooks import is_exporting, passthrough
 from . import state as zero3_state
 
 
+@python_op.records_errors
 class StepStartBridge(torch.autograd.Function):
     """Start of a forward: DeepSpeed's parameter coordinator begins a new step (its trace, its prefetch queue)."""
 
@@ -38,6 +39,7 @@ class StepStartBridge(torch.autograd.Function):
     alias_input = staticmethod(passthrough.keyed_alias_input)
 
 
+@python_op.records_errors
 class PreForwardBridge(torch.autograd.Function):
     """Before a module's forward: gather its parameters.
 
@@ -96,6 +98,7 @@ class PreForwardBridge(torch.autograd.Function):
         return python_op.alias_maps(node_proto, non_tensor_inputs=2, passed_through=passed_through)
 
 
+@python_op.records_errors
 class PostForwardBridge(torch.autograd.Function):
     """After a module's forward: release its parameters; before its backward: gather them again."""
 

@@ -8,6 +8,7 @@ from deepspeed.utils import z3_leaf_module
 
 from ..foreign import deepspeed as ds_internals
 from ..hooks import SubscriberManager
+from ..restarts import forget_group_addresses
 from .subscriber import ZeROOffloadSubscriber, hooked_modules
 
 
@@ -23,7 +24,8 @@ class _Unsubscribe:
 
 
 def setup_zero_stage3_hooks(offload: Any) -> None:
-    """Number the modules as DeepSpeed does, then subscribe the ZeRO-3 subscriber to the whole model."""
+    """Number the modules as DeepSpeed does, then subscribe the ZeRO-3 subscriber to the whole model. The engine has
+    formed its groups by now: under torchrun their addresses leave the agent's store (ort_zero/restarts.py)."""
     root = offload.module
     # The model itself: a wrapper like ORTModule lists the module it wraps, not itself, first in modules(). The
     # wrapper only gets the outermost calls (a step's start, in Python around the ORT graph); the model's modules,
@@ -41,3 +43,4 @@ def setup_zero_stage3_hooks(offload: Any) -> None:
     handle = _Unsubscribe(manager, subscriber)
     ds_internals.take_over_hooks(offload, handle, subscriber)
     ds_internals.forward_module_stack().append(root)
+    forget_group_addresses()

@@ -12,9 +12,11 @@ from typing import Any
 
 import torch
 
+from ..python_op import records_errors
 from . import state as zero3_state
 
 
+@records_errors
 class BackwardParamsBridge(torch.autograd.Function):
     """Its tensor input is one of the module's PostForwardBridge gradient outputs, only so that it runs after that
     gather. The module's backward reads these outputs instead of the forward's copies, which ORT can then free right
@@ -25,6 +27,7 @@ class BackwardParamsBridge(torch.autograd.Function):
         return zero3_state.lookup(key).params_for_backward(ds_ids)
 
 
+@records_errors
 class RecomputeStartBridge(torch.autograd.Function):
     """`key` is the region module's; `after` is an output of the region's PostForwardBridge gradient node, only so that
     the recomputation (which reads the outputs) runs in the backward, when the region's backward starts, not in the
@@ -36,6 +39,7 @@ class RecomputeStartBridge(torch.autograd.Function):
         return tuple(t.clone() for t in tensors)
 
 
+@records_errors
 class RecomputeParamsBridge(torch.autograd.Function):
     """Its tensor input is the module's first recomputed input, so that the gather happens when the recomputation
     reaches the module."""

@@ -7,6 +7,10 @@ The job keeps no parameter persistent (`stage3_param_persistence_threshold` 0): 
 collective left in its save and, natively, writes `latest` naming the half-written tag (measured; ort_zero's
 zero3/saving.py writes it after every rank's files).
 
+A file of the newest checkpoint cut to half (a failed copy; rank 1's optimizer states in the default set, the model
+states, the Trainer state and DeepSpeed's `latest` in the extended one): `--resume` says in one line (on each rank)
+which file is damaged and resumes from the checkpoint before, onto the uninterrupted curve.
+
 A disk that fills up (a tmpfs with room for one checkpoint as the output directory): before checkpoint-4 every rank
 stops with one error naming the directory and the space needed, nothing of it written; checkpoint-2 and its `latest`
 stay, and the run resumes from them once there is room.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +31,13 @@ from launcher import free_port, remount, run_launcher, tmpfs, torchrun_cmd
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "ort_zero" / "examples" / "train_hf.py"
 DIE_DURING_SAVE = Path(__file__).parent / "scripts" / "die_during_save.py"
+FILL_DISK_DURING_SAVE = Path(__file__).parent / "scripts" / "fill_disk_during_save.py"
 CONFIG = ROOT / "ds_configs" / "zero3_hf_auto.json"
 JOB = ["--max-steps", "6", "--save-steps", "2"]
 TOLERANCE = 1e-5
 TIMEOUT = 400
 SMALL_DISK_KB = 1500  # room for checkpoint-2 (about 930 KB), not for checkpoint-4 beside it
+ROOMY_DISK_KB = 4000  # room for checkpoint-2 and checkpoint-4, until another process fills it
 
 
 def config_without_persistent_parameters(tmp_path: Path) -> Path:
@@ -51,10 +58,15 @@ def losses(out: Path) -> list[float]:
 
 
 def launch(
-    script: Path, folder: Path, *options: str, config: Path = CONFIG, check: bool = True
+    script: Path,
+    folder: Path,
+    *options: str,
+    config: Path = CONFIG,
+    check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     argv = ["--deepspeed", str(config), "--output-dir", str(folder), *JOB, *options]
-    return run_launcher(torchrun_cmd(script, argv, port=free_port()), timeout=TIMEOUT, cwd=ROOT, check=check)
+    return run_launcher(torchrun_cmd(script, argv, port=free_port()), timeout=TIMEOUT, cwd=ROOT, check=check, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +103,38 @@ def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint_to_resume_fro
     assert (cut / "trainer_state.json").is_file() and (cut / "latest").read_text() == "global_step4"
 
 
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job in ORT, to its end: checkpoint-2, -4 and -6."""
+    folder = tmp_path_factory.mktemp("finished") / "run"
+    launch(TRAINER, folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        "global_step6/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        pytest.param("global_step6/zero_pp_rank_0_mp_rank_00_model_states.pt", marks=pytest.mark.extended),
+        pytest.param("trainer_state.json", marks=pytest.mark.extended),
+        pytest.param("latest", marks=pytest.mark.extended),
+    ],
+)
+def test_a_damaged_file_in_the_newest_checkpoint_is_named_and_the_one_before_resumed(
+    tmp_path: Path, finished_run: Path, uninterrupted: list[float], damaged: str
+) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    path = out / "checkpoint-6" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    resumed = launch(TRAINER, out, "--resume")
+    said = {line for line in output(resumed).splitlines() if f"checkpoint-6 damaged ({damaged} (" in line}
+    assert len(said) == 1, output(resumed)[-3000:]  # the same line from each rank
+    assert said.pop().endswith("; resuming from checkpoint-4")
+    assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
+    assert json.loads((out / "result.json").read_text())["steps"] == 6
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs with room for about one checkpoint of the job (930 KB)."""
@@ -120,3 +164,27 @@ def test_a_full_disk_stops_every_rank_before_the_save_and_keeps_the_previous_che
     assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)
     if ort:
         assert json.loads((out / "ort.json").read_text())["training"]["session"], "the run did not train in ORT"
+
+
+@pytest.mark.extended
+def test_a_disk_filled_by_another_process_during_the_save_ends_in_one_line(
+    tmp_path: Path, uninterrupted: list[float]
+) -> None:
+    """Room for two checkpoints when the save begins (the check before it passes); `dd` fills the disk while rank 1
+    writes checkpoint-4: rank 1 says so in one line naming the directory, checkpoint-2 stays whole, and once the
+    filler is deleted `--resume` skips the partial checkpoint-4 and ends on the uninterrupted curve."""
+    with tmpfs(tmp_path / "disk", ROOMY_DISK_KB) as disk:
+        out, filler = disk / "run", disk / "filler"
+        full = launch(FILL_DISK_DURING_SAVE, out, check=False, env={"FILL_DISK_FILLER": str(filler)})
+        assert full.returncode != 0 and "fill_disk_during_save: the disk is full" in output(full), output(full)[-3000:]
+        said = [line for line in output(full).splitlines() if line.startswith("train_hf: error (rank 1): ")]
+        assert len(said) == 1, output(full)[-3000:]
+        assert f"the disk of {out} filled while checkpoint-4 was written" in said[0]
+        assert "[rank1]: Traceback" not in output(full), output(full)[-3000:]
+        previous = out / "checkpoint-2"
+        assert (previous / "latest").read_text() == "global_step2" and (previous / "trainer_state.json").is_file()
+        assert not (out / "checkpoint-4" / "trainer_state.json").exists()
+        filler.unlink()
+        resumed = launch(TRAINER, out, "--resume")
+        assert "checkpoint-4 incomplete" in output(resumed) and "resuming from checkpoint-2" in output(resumed)
+        assert losses(out) == pytest.approx(uninterrupted, abs=TOLERANCE)

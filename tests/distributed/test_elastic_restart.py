@@ -1,21 +1,22 @@
 """A rank killed mid-run under `torchrun --max-restarts 1` (scripts/die_then_restart.py: rank 1 `os._exit`s at step
 5 of the first attempt; in the restarted attempt rank 0 starts its group 4 s after rank 1): the restarted attempt
-starts its own process group (ort_zero.distributed.attempt_store), resumes by itself from the newest checkpoint
-(`--resume auto`) and ends with the uninterrupted run's losses and weights, with torchrun's static and c10d
-rendezvous, natively and in ORT. Before attempt_store, the restarted ranks read the dead attempt's gloo addresses
-from torchrun's store: "connectFullMesh failed ... Connection refused", or both ranks waiting to be connected until
-the group's timeout. A restarted rank whose peer never starts its group fails after ORT_ZERO_COLLECTIVE_TIMEOUT
-with one line.
+forms its process group on a store without the dead attempt's addresses (ort_zero/restarts.py), resumes by itself
+from the newest checkpoint (`--resume auto`) and ends with the uninterrupted run's losses and weights, with
+torchrun's static and c10d rendezvous, natively and in ORT, whether ort_zero, DeepSpeed, torch or accelerate started
+the group. Without it, the restarted ranks read the dead attempt's gloo addresses from torchrun's store:
+"connectFullMesh failed ... Connection refused", or both ranks waiting to be connected until the group's timeout. A
+restarted rank whose peer never starts its group fails after ORT_ZERO_COLLECTIVE_TIMEOUT with one line.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from launcher import final_weights, free_port, logged_losses, run_launcher, torchrun_cmd
+from launcher import Launch, final_weights, free_port, logged_losses, run_launcher, torchrun_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_GPT = ROOT / "ort_zero" / "examples" / "train_gpt.py"
@@ -27,7 +28,7 @@ JOB = [
     "--deepspeed_config", str(CONFIG), "--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4",
     "--seed", "7", "--steps", "8", "--save-every", "3",
 ]  # fmt: skip
-MODES = {"native": ["--native"], "ort": ["--ort"]}
+MODES = {"native": ["--native"], "ort": ["--ort"], "hooks": ["--no-ort"]}
 HF_MODES = {"native": ["--no-ort"], "ort": []}
 TOLERANCE = 1e-5
 TIMEOUT = 500
@@ -99,6 +100,23 @@ def test_a_killed_rank_restarts_and_resumes_in_ort(
     assert training["session"] and BRIDGES <= set(training["python_ops"]), training
 
 
+@pytest.mark.parametrize(
+    "group",
+    [
+        "deepspeed",
+        pytest.param("torch", marks=pytest.mark.extended),
+        pytest.param("accelerate", marks=pytest.mark.extended),
+    ],
+)
+def test_a_group_the_script_started_restarts_and_resumes(
+    tmp_path: Path, uninterrupted: dict[str, Path], group: str
+) -> None:
+    """The group started by DeepSpeed's `init_distributed()`, torch's `env://` or accelerate, not by ort_zero:
+    ort_zero's ZeRO-3 setup takes the addresses out of torchrun's store (ort_zero/restarts.py)."""
+    done = launch(DIE_THEN_RESTART, tmp_path, "hooks", env={"DIE_THEN_RESTART_GROUP": group})
+    check_restarted_run(tmp_path, done, uninterrupted["hooks"])
+
+
 @pytest.mark.extended
 def test_a_restarted_rank_whose_peer_never_starts_fails_in_one_line(tmp_path: Path) -> None:
     env = {"DIE_THEN_RESTART_NEVER_START": "1", "ORT_ZERO_COLLECTIVE_TIMEOUT": "10"}
@@ -112,10 +130,12 @@ def test_a_restarted_rank_whose_peer_never_starts_fails_in_one_line(tmp_path: Pa
 
 
 @pytest.mark.extended
-def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", ["ort_zero", "deepspeed"])
+def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path, group: str) -> None:
     """train_hf (ORTZeroTrainer, checkpoint-N every 3 steps) under the same fault: the restarted attempt resumes
-    from checkpoint-3 (`--resume auto`: the newest complete checkpoint) onto transformers.Trainer's curve."""
-    env, job = {"DIE_THEN_RESTART_EXAMPLE": "train_hf"}, (*HF_JOB, "--resume", "auto")
+    from checkpoint-3 (`--resume auto`: the newest complete checkpoint) onto transformers.Trainer's curve; also when
+    the script starts the group with DeepSpeed's `init_distributed()` before creating the Trainer (issue 56)."""
+    env, job = {"DIE_THEN_RESTART_EXAMPLE": "train_hf", "DIE_THEN_RESTART_GROUP": group}, (*HF_JOB, "--resume", "auto")
     done = launch(DIE_THEN_RESTART, tmp_path / "ort", "ort", env=env, job=job, modes=HF_MODES)
     assert done.returncode == 0, done.stdout[-6000:]
     assert "die_then_restart: rank 1 exits with 17 at step 5" in done.stdout
@@ -125,3 +145,40 @@ def test_an_ort_zero_trainer_job_restarts_and_resumes(tmp_path: Path) -> None:
     assert len(logged_losses(tmp_path / "ort")) == 8
     assert logged_losses(tmp_path / "ort") == pytest.approx(logged_losses(tmp_path / "native"), abs=TOLERANCE)
     assert json.loads((tmp_path / "ort" / "ort.json").read_text())["training"]["session"]
+
+
+@pytest.mark.extended
+def test_two_nodes_restart_and_resume_from_the_same_checkpoint(tmp_path: Path, uninterrupted: dict[str, Path]) -> None:
+    """Two torchrun agents (one rank each, c10d rendezvous) as two nodes; rank 1 dies once. Each agent counts its
+    restarts on its own; both ranks of the new round resume at the same step onto the uninterrupted run's losses."""
+    port, out = free_port(), tmp_path / "run"
+    options = ("--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}")
+    env = {"DIE_THEN_RESTART_ONCE": str(tmp_path / "died")}
+    args = [*JOB, "--resume", "auto", *MODES["hooks"], "--output-dir", str(out)]
+    nodes = [
+        torchrun_cmd(DIE_THEN_RESTART, args, port=port, nproc=1, nnodes=2, node_rank=n, options=options) for n in (0, 1)
+    ]
+    with Launch(nodes[0], env=env, cwd=ROOT) as first, Launch(nodes[1], env=env, cwd=ROOT) as second:
+        done = [first.finish(timeout=TIMEOUT, check=False), second.finish(timeout=TIMEOUT, check=False)]
+    output = done[0].stdout + done[1].stdout
+    assert [node.returncode for node in done] == [0, 0], output[-6000:]
+    assert "die_then_restart: rank 1 exits with 17 at step 5" in output
+    resumed = sorted(line.split(" rank ")[1] for line in output.splitlines() if "resumes at step 3" in line)
+    assert resumed == ["0 resumes at step 3", "1 resumes at step 3"], output[-6000:]
+    assert logged_losses(out) == pytest.approx(logged_losses(uninterrupted["hooks"]), abs=TOLERANCE)
+
+
+@pytest.mark.extended
+def test_a_damaged_newest_checkpoint_is_skipped_by_resume_auto(tmp_path: Path, uninterrupted: dict[str, Path]) -> None:
+    """train_gpt's `--resume auto` with rank 1's optimizer states of the newest tag cut to half: one line naming the
+    file, then the run resumes from the tag before and ends on the uninterrupted losses."""
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted["hooks"], out)
+    damaged = out / "checkpoints" / "global_step8" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    done = launch(TRAIN_GPT, out, "hooks")
+    assert done.returncode == 0, done.stdout[-6000:]
+    said = [line for line in done.stdout.splitlines() if "global_step8 damaged (" in line]
+    assert len(said) == 1 and said[0].startswith(f"train_gpt: {out / 'checkpoints' / 'global_step8'} damaged"), said
+    assert f"({damaged.name} (truncated" in said[0] and said[0].endswith("; resuming from global_step6")
+    assert logged_losses(out) == pytest.approx(logged_losses(uninterrupted["hooks"]), abs=TOLERANCE)

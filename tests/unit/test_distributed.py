@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -136,25 +135,3 @@ def test_the_deprecated_collectives_are_not_said_under_ort_zero(how: str, tmp_pa
     deprecated = all(hasattr(getattr(dist, name), "__deprecated__") for name in said)  # torch 2.14: yes; 2.15: no
     assert said == dict.fromkeys(said, 5 if how == "native" and deprecated else 0), done.stderr[-3000:]
     assert done.stderr.count("UserWarning: another warning") == 5
-
-
-def test_outside_torchruns_agent_store_the_group_starts_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    assert distributed.attempt_store(timedelta(seconds=5)) is None
-
-
-def test_each_attempt_of_a_torchrun_job_has_its_own_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    """torchrun's agent serves one store for every attempt; what one attempt writes, the next does not read."""
-    port = free_port()
-    agent = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5))  # the agent's store
-    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    stores = {}
-    for attempt in ("0", "1"):
-        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", attempt)
-        stores[attempt] = distributed.attempt_store(timedelta(seconds=1))
-    stores["0"].set("rank_0", "the dead attempt's address")
-    assert not stores["1"].check(["rank_0"])
-    assert agent.get("ort_zero/attempt_0/default_pg/rank_0") == b"the dead attempt's address"

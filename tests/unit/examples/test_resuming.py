@@ -8,12 +8,14 @@ import argparse
 from pathlib import Path
 
 import pytest
+import torch
 
 from ort_zero.examples.rank_run import UsageError
 from ort_zero.examples.resuming import (
     add_resume_argument,
     check_saved_ranks,
     check_universal,
+    readable_tag,
     trainer_checkpoint,
     trainer_deepspeed_config,
     universal_loading,
@@ -29,7 +31,7 @@ def parse(*argv: str, output_dir: Path = Path("out"), deepspeed: Path | None = P
 def zero_checkpoint(folder: Path, tag: str, ranks: int) -> Path:
     (folder / tag).mkdir(parents=True)
     for rank in range(ranks):
-        (folder / tag / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt").write_bytes(b"")
+        torch.save({}, folder / tag / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt")  # reads whole
     (folder / "latest").write_text(tag)
     return folder
 
@@ -111,3 +113,29 @@ def test_universal_needs_the_newest_checkpoints_conversion(tmp_path: Path) -> No
         check_saved_ranks(folder, 1, universal=True)
     (folder / "latest_universal").write_text("global_step4_universal")
     check_saved_ranks(folder, 1, universal=True)
+
+
+def test_a_damaged_newest_tag_gives_the_newest_earlier_one_that_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    zero_checkpoint(tmp_path, "global_step3", ranks=2)
+    zero_checkpoint(tmp_path, "global_step6", ranks=2)
+    assert readable_tag(tmp_path, "train_gpt", rank=0) == "global_step6"
+    cut = tmp_path / "global_step6" / "zero_pp_rank_1_mp_rank_00_model_states.pt"
+    cut.write_bytes(cut.read_bytes()[:10])
+    assert readable_tag(tmp_path, "train_gpt", rank=0) == "global_step3"
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        f"train_gpt: {tmp_path / 'global_step6'} damaged ({cut.name} (truncated or not a torch.save file: "
+        "File is not a zip file)); resuming from global_step3"
+    ]
+    assert readable_tag(tmp_path, "train_gpt", rank=1) == "global_step3" and capsys.readouterr().err == ""
+
+
+def test_no_tag_that_reads_stops_in_one_line(tmp_path: Path) -> None:
+    zero_checkpoint(tmp_path, "global_step3", ranks=2)
+    (tmp_path / "latest").write_text("global_step9")  # names a folder that is not there
+    assert readable_tag(tmp_path, "train_gpt", rank=0) == "global_step3"
+    (tmp_path / "global_step3" / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(b"not a zip")
+    with pytest.raises(UsageError, match="cannot resume from .*global_step9: `latest` names global_step9"):
+        readable_tag(tmp_path, "train_gpt", rank=0)

@@ -1,4 +1,5 @@
-"""Which checkpoint folder ORTZeroTrainer resumes from: the newest complete one (it has the Trainer state)."""
+"""Which checkpoint folder ORTZeroTrainer resumes from: the newest complete one (it has the Trainer state) whose files
+all read (a truncated torch.save file, written here by torch.save and cut, is skipped)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,17 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from ort_zero import disk_space
-from ort_zero.integrations.checkpoints import SpaceBeforeSave, checkpoint_folders, last_complete_checkpoint
+from ort_zero.integrations.checkpoints import (
+    DamagedCheckpoint,
+    SpaceBeforeSave,
+    checkpoint_folders,
+    last_complete_checkpoint,
+    require_readable,
+)
 
 
 def make(root: Path, name: str, complete: bool) -> Path:
@@ -36,7 +44,36 @@ def test_newest_complete_checkpoint_is_chosen_and_the_skipped_ones_are_named(
     make(tmp_path, "checkpoint-8", complete=False)
     with caplog.at_level(logging.WARNING, logger="ort_zero"):
         assert last_complete_checkpoint(tmp_path) == expected
-    assert "checkpoint-8, checkpoint-6 incomplete" in caplog.text and "resuming from checkpoint-4" in caplog.text
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 1 and "checkpoint-8 incomplete (no trainer_state.json" in said[0], said
+    assert "; checkpoint-6 incomplete" in said[0] and said[0].endswith("; resuming from checkpoint-4")
+
+
+def truncate_optimizer_states(folder: Path) -> str:
+    """A rank's optimizer states as torch.save writes them, then cut to half (a failed copy); its path in `folder`."""
+    path = folder / "global_step" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    torch.save({"optimizer_state_dict": torch.arange(4096.0)}, path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return str(path.relative_to(folder))
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    expected = make(tmp_path, "checkpoint-5", complete=True)
+    damaged = truncate_optimizer_states(make(tmp_path, "checkpoint-10", complete=True))
+    with caplog.at_level(logging.WARNING, logger="ort_zero"):
+        assert last_complete_checkpoint(tmp_path) == expected
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 1 and f"checkpoint-10 damaged ({damaged} (truncated" in said[0], said
+    assert said[0].endswith("; resuming from checkpoint-5")
+
+
+def test_choosing_a_damaged_checkpoint_stops_naming_the_file(tmp_path: Path) -> None:
+    folder = make(tmp_path, "checkpoint-10", complete=True)
+    require_readable(folder)  # every file reads
+    damaged = truncate_optimizer_states(folder)
+    with pytest.raises(DamagedCheckpoint, match=f"cannot resume from {folder}: {damaged} \\(truncated") as raised:
+        require_readable(folder)
+    assert "\n" not in str(raised.value)
 
 
 def test_the_newest_folder_is_chosen_silently_when_it_is_complete(
