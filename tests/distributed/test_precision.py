@@ -57,6 +57,9 @@ def test_plain_loop_follows_native_and_keeps_zero3s_dtypes(tmp_path: Path, preci
         assert native["skipped_steps"] > 0, "no step overflowed: the loss scaler's skip was not exercised"
 
 
+KERNELS = "ort_zero.ort.torch_kernels.elementwise"  # the PythonOps of the MLP's SiLU and product in torch
+
+
 def trainer(out: Path, *options: str) -> dict:
     argv = ["--deepspeed", str(ROOT / "ds_configs" / "zero3_hf_auto.json"), "--output-dir", str(out), *options]
     run_launcher(torchrun_cmd(TRAINER, argv, port=free_port()), timeout=400, cwd=ROOT)
@@ -81,3 +84,5 @@ def test_bf16_trainer_with_recompute_and_accumulation_follows_native(tmp_path: P
     fallbacks = training["float32_fallbacks"]
     assert {"Add", "Mul", "SimplifiedLayerNormalization", "SimplifiedLayerNormalizationGrad"} <= set(fallbacks)
     assert "Cast" not in fallbacks and "Reshape" not in fallbacks, fallbacks  # ops with bf16 kernels stay bf16
+    assert {f"{KERNELS}.SiluInTorch", f"{KERNELS}.ProductInTorch"} <= set(training["python_ops"])
+    assert "QuickGelu" not in fallbacks, fallbacks
