@@ -1,11 +1,12 @@
-"""The speed-only replacements (linear layers, the loss) apply on the CPU, where they were measured; on any other
-device the export keeps ORT's own ops (a meta tensor stands in for a CUDA one: this machine has no GPU)."""
+"""The speed-only replacements (linear layers, the loss, a 16-bit SiLU and product) apply on the CPU, where they
+were measured; on any other device the export keeps ORT's own ops (a meta tensor stands in for a CUDA one: this
+machine has no GPU)."""
 
 from __future__ import annotations
 
 import torch
 
-from ort_zero.ort.torch_kernels import cross_entropy_in_torch, linear_in_torch
+from ort_zero.ort.torch_kernels import cross_entropy_in_torch, linear_in_torch, product_in_torch, silu_in_torch
 
 
 def _replaced(name: str, calls: list[str]):
@@ -22,7 +23,10 @@ def test_linear_and_loss_keep_orts_ops_off_the_cpu() -> None:
     linear_in_torch(_replaced("linear", calls))(linear, torch.empty(2, 4, device="meta"))
     logits, target = torch.empty(2, 4, device="meta"), torch.zeros(2, dtype=torch.int64, device="meta")
     cross_entropy_in_torch(_replaced("loss", calls))(logits, target)
-    assert calls == ["linear", "loss"]
+    half = torch.empty(2, 4, dtype=torch.bfloat16, device="meta")
+    silu_in_torch(_replaced("silu", calls))(half)
+    product_in_torch(_replaced("mul", calls))(half, half)
+    assert calls == ["linear", "loss", "silu", "mul"]
 
 
 def test_on_the_cpu_torch_runs_them() -> None:
