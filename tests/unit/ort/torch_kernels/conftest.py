@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from ort_zero import patches
 from ort_zero.foreign import ortmodule as ort_internals
@@ -76,3 +77,18 @@ def train_step(enabled: None) -> Callable[..., dict]:
         return {"model": in_ort, "record": record, "kept": kept_for_backward(in_ort)}
 
     return check
+
+
+@pytest.fixture
+def tiny_llama() -> Callable[..., LlamaForCausalLM]:
+    """`tiny_llama(attn, layers=2, **config)`: a LLaMA of hidden 32 from config (grouped-query attention, RMSNorm,
+    rotary, SwiGLU MLP) with the attention implementation `attn`; `config` overrides the config's fields."""
+
+    def make(attn: str = "eager", layers: int = 2, **config: object) -> LlamaForCausalLM:
+        fields = dict(
+            vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64,
+        )  # fmt: skip
+        return LlamaForCausalLM._from_config(LlamaConfig(**fields | config), attn_implementation=attn)
+
+    return make

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from ort_zero.ort.torch_kernels import ScaledDotProductAttention
 from ort_zero.python_op import function_name
@@ -18,6 +18,7 @@ from ort_zero.python_op import function_name
 F = torch.nn.functional
 KERNEL = function_name(ScaledDotProductAttention)
 TrainStep = Callable[..., dict]
+LlamaMaker = Callable[..., LlamaForCausalLM]
 
 
 def seq_by_seq(kept: list[tuple[str, str, list]]) -> list[tuple[str, str, list]]:
@@ -109,28 +110,25 @@ def test_a_call_torch_refuses_names_the_way_out() -> None:
         ScaledDotProductAttention.apply(q, q, q, torch.ones(1, 1, 4, 4, dtype=torch.int32), 0.0, False, None, False)
 
 
-def _llama(attn: str) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
-    )  # fmt: skip
-    return LlamaForCausalLM._from_config(config, attn_implementation=attn)
-
-
 @pytest.mark.parametrize("padded", [False, True])
-def test_sdpa_llama_trains_in_ort_keeping_no_seq_by_seq_tensor(train_step: TrainStep, padded: bool) -> None:
-    result = train_step(lambda: _llama("sdpa"), ("torch_kernels",), padded=padded)
+def test_sdpa_llama_trains_in_ort_keeping_no_seq_by_seq_tensor(
+    train_step: TrainStep, tiny_llama: LlamaMaker, padded: bool
+) -> None:
+    result = train_step(lambda: tiny_llama("sdpa", use_cache=False), ("torch_kernels",), padded=padded)
     assert KERNEL in result["record"]["python_ops"]
     assert seq_by_seq(result["kept"]) == []
 
 
-def test_without_the_kernel_ort_keeps_attention_probabilities_per_layer(train_step: TrainStep) -> None:
-    result = train_step(lambda: _llama("sdpa"), (), padded=False)  # padded, ORT's gradients are NaN: see docs
+def test_without_the_kernel_ort_keeps_attention_probabilities_per_layer(
+    train_step: TrainStep, tiny_llama: LlamaMaker
+) -> None:
+    # padded, ORT's gradients are NaN: see docs
+    result = train_step(lambda: tiny_llama("sdpa", use_cache=False), (), padded=False)
     assert KERNEL not in result["record"]["python_ops"]
     assert len({name.split("/self_attn")[0] for name, _, _ in seq_by_seq(result["kept"])}) == 2  # both layers
 
 
-def test_eager_attention_is_exported_as_onnx_ops(train_step: TrainStep) -> None:
-    result = train_step(lambda: _llama("eager"), ("torch_kernels",))
+def test_eager_attention_is_exported_as_onnx_ops(train_step: TrainStep, tiny_llama: LlamaMaker) -> None:
+    result = train_step(lambda: tiny_llama("eager", use_cache=False), ("torch_kernels",))
     assert KERNEL not in result["record"]["python_ops"]
     assert seq_by_seq(result["kept"])

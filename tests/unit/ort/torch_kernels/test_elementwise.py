@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Callable
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from ort_zero import patches
 from ort_zero.foreign import ortmodule as ort_internals
@@ -51,14 +52,6 @@ def test_only_16_bit_silus_and_products_of_one_shape_are_replaced(dtype: torch.d
         assert "ProductInTorch" not in type(mul(left, other).grad_fn).__name__
 
 
-def _llama() -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    return LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
-
-
 def _step(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
     loss = model(input_ids=ids, labels=ids).loss
@@ -67,10 +60,12 @@ def _step(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, dict[str, t
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_a_llama_trains_with_its_mlp_activation_and_product_in_torch(enabled: None, dtype: torch.dtype) -> None:
+def test_a_llama_trains_with_its_mlp_activation_and_product_in_torch(
+    enabled: None, tiny_llama: Callable[..., LlamaForCausalLM], dtype: torch.dtype
+) -> None:
     torch.manual_seed(0)
-    reference = _llama().to(dtype)
-    model = _llama().to(dtype)
+    reference = tiny_llama("sdpa", layers=LAYERS).to(dtype)
+    model = tiny_llama("sdpa", layers=LAYERS).to(dtype)
     model.load_state_dict(reference.state_dict())
     ids = torch.randint(0, 96, (2, 24))
     in_ort = ortmodule.ORTModule(model)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from ort_zero import patches
 from ort_zero.foreign import ortmodule as ort_internals
@@ -29,19 +29,12 @@ from ort_zero.python_op import function_name, function_name_of
 KERNEL = function_name(LinearInTorch)
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 TrainStep = Callable[..., dict]
+LlamaMaker = Callable[..., LlamaForCausalLM]
 LAYERS = 2
 
 
-def _llama() -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    return LlamaForCausalLM._from_config(config, attn_implementation="eager")
-
-
-def test_every_linear_runs_in_torch(train_step: TrainStep) -> None:
-    result = train_step(_llama, ("torch_kernels",))
+def test_every_linear_runs_in_torch(train_step: TrainStep, tiny_llama: LlamaMaker) -> None:
+    result = train_step(lambda: tiny_llama(layers=LAYERS), ("torch_kernels",))
     graph = ort_internals.optimized_model(ort_internals.execution_manager(result["model"], training=True)).graph
     kernels = [node for node in graph.node if function_name_of(node) == KERNEL]
     assert len(kernels) == 7 * LAYERS + 1  # q, k, v, o, gate, up, down per layer; the LM head
@@ -49,9 +42,9 @@ def test_every_linear_runs_in_torch(train_step: TrainStep) -> None:
     assert not [node.name for node in graph.node if node.op_type == "MatMul" and set(node.input) & weights]
 
 
-def test_a_frozen_linear_gets_no_weight_gradient(train_step: TrainStep) -> None:
+def test_a_frozen_linear_gets_no_weight_gradient(train_step: TrainStep, tiny_llama: LlamaMaker) -> None:
     def frozen_projections() -> LlamaForCausalLM:
-        model = _llama()
+        model = tiny_llama(layers=LAYERS)
         for layer in model.model.layers:
             layer.self_attn.q_proj.weight.requires_grad_(False)
         return model
@@ -70,8 +63,8 @@ def _kept_inputs() -> list[torch.Tensor]:
     return [t for t in kept if isinstance(t, torch.Tensor)]
 
 
-def test_linears_reading_the_same_input_keep_one_copy(train_step: TrainStep) -> None:
-    model = train_step(_llama, ("torch_kernels",))["model"]
+def test_linears_reading_the_same_input_keep_one_copy(train_step: TrainStep, tiny_llama: LlamaMaker) -> None:
+    model = train_step(lambda: tiny_llama(layers=LAYERS), ("torch_kernels",))["model"]
     ids = torch.randint(0, 96, (2, 24))
     with patches.applied("torch_kernels"):
         loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
@@ -82,9 +75,9 @@ def test_linears_reading_the_same_input_keep_one_copy(train_step: TrainStep) -> 
     assert len({t.data_ptr() for t in kept}) == 4 * LAYERS + 1
 
 
-def test_the_kept_copies_are_written_into_the_output_pool(train_step: TrainStep) -> None:
+def test_the_kept_copies_are_written_into_the_output_pool(train_step: TrainStep, tiny_llama: LlamaMaker) -> None:
     """Not into fresh memory, whose pages a large copy faults in again every step."""
-    model = train_step(_llama, ("torch_kernels",))["model"]
+    model = train_step(lambda: tiny_llama(layers=LAYERS), ("torch_kernels",))["model"]
     ids = torch.randint(0, 96, (2, 24))
     with patches.applied("torch_kernels"):
         loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
