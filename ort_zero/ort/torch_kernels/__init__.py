@@ -21,8 +21,8 @@ from .linear import LinearInTorch, linear_in_torch
 
 __all__ = [
     "RECOMPUTABLE", "UNCHECKED", "CrossEntropyInTorch", "ExpertsInTorch", "LinearInTorch", "ProductInTorch",
-    "ScaledDotProductAttention", "cross_entropy_in_torch", "draws_dropout", "experts_in_torch", "linear_in_torch",
-    "SiluInTorch", "product_in_torch", "raising_kernel_failure", "sdpa_in_torch", "silu_in_torch",
+    "ScaledDotProductAttention", "SiluInTorch", "cross_entropy_in_torch", "draws_dropout", "experts_in_torch",
+    "linear_in_torch", "product_in_torch", "raising_kernel_failure", "sdpa_in_torch", "silu_in_torch",
 ]  # fmt: skip
 
 RECOMPUTABLE = frozenset(
