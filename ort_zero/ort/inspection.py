@@ -12,7 +12,7 @@ import torch
 from ..foreign import ortmodule
 from ..python_op import function_name_of
 from .passes.backward_gather import forward_gathered_reads
-from .passes.half_precision_casts import widened_record
+from .graph.widening import widened_record
 from .passes.recompute import recompute_record
 
 

@@ -8,6 +8,7 @@ from ..foreign import deepspeed as ds_internals
 from ..ort import torch_kernels
 from ..ort.export import autograd as export_autograd
 from ..ort.export import context as export_context
+from ..ort.export import promotion_casts as export_promotion_casts
 from ..ort.export import python_ops as export_python_ops
 from ..ort.export import rewrites as export_rewrites
 from ..ort.export import tuples as export_tuples
@@ -49,6 +50,14 @@ torch_patch(
     "the whole model on every rank. While ORTModule exports a ZeRO-3 model the pass gets every parameter but "
     "the stand-ins (their shapes are in the graph's input types).",
     export_context.shape_inference_without_stand_ins,
+)  # fmt: skip
+torch_patch(
+    ORT_EXPORT, "torch.bfloat16_promotion_casts", "torch._C", "_jit_pass_onnx_scalar_type_analysis",
+    "torch's exporter writes an implicit promotion to bfloat16 (a bf16 tensor times an int64 mask: Mamba and the "
+    "other state-space and linear-attention types) as Cast(to=15), torch's number for bfloat16 and ONNX's for "
+    "complex128, which ORT refuses: while ORTModule exports a ZeRO-3 model such Casts get ONNX's bfloat16 "
+    "(ort_zero/ort/export/promotion_casts.py)",
+    export_promotion_casts.bfloat16_promotion_casts,
 )  # fmt: skip
 torch_patch(
     ORT_EXPORT, "torch.lower_unread_bridge_tuples", "torch._C", "_jit_pass_lower_all_tuples",

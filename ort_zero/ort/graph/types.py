@@ -44,6 +44,11 @@ def value_types(
     return types
 
 
+# ORT's ops whose output has their first input's type (ONNX's inference does not know them): the MatMul gradients,
+# and the Scale of ReduceMean's
+_FIRST_INPUTS_TYPE = frozenset({"FusedMatMul", "TransposeMatMul", "Scale"})
+
+
 def _add_ort_op_types(graph: onnx.GraphProto, types: dict[str, int]) -> None:
     for node in graph.node:
         if node.op_type == "SimplifiedLayerNormalization" and node.domain in ("", "ai.onnx"):  # ORT's, in ONNX's domain
@@ -55,6 +60,8 @@ def _add_ort_op_types(graph: onnx.GraphProto, types: dict[str, int]) -> None:
         elif node.op_type in ("PythonOp", "PythonOpGrad"):
             outputs = node.output[1:] if node.op_type == "PythonOp" else node.output
             declared = zip(outputs, ints_attribute(node, "output_tensor_types"), strict=False)
+        elif node.op_type in _FIRST_INPUTS_TYPE and node.input[0] in types:
+            declared = [(node.output[0], types[node.input[0]])]
         elif node.op_type == "ConcatTraining" and node.input[0] in types:
             declared = [
                 (node.output[0], types[node.input[0]]),

@@ -22,12 +22,8 @@ import torch
 from ... import settings
 from ...foreign import ortmodule
 from ...stack.cuda_provider import cuda_provider_required
-from ..passes.half_precision_casts import (
-    UnsupportedOpError,
-    declares_16_bit,
-    missing_kernel_message,
-    widened_record,
-)
+from ..graph.widening import declares_16_bit, widened_record
+from ..passes.half_precision_casts import UnsupportedOpError, missing_kernel_message
 from ..passes.recompute import recompute_record
 
 logger = logging.getLogger(__name__)

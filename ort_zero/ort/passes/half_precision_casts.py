@@ -25,18 +25,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import onnx
-from onnx import TensorProto, helper
 
 from ..graph.kernels import has_kernel
-from ..graph.types import element_types, value_types
+from ..graph.types import value_types
+from ..graph.widening import HALF_TYPES, declares_16_bit, half_values, widened
 from .base import GraphPass, TrainingGraph
 from .recompute_region import RECOMPUTE_SUFFIX
 
 logger = logging.getLogger(__name__)
 
-HALF_TYPES = {TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT16: "float16"}
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
-WIDEN, NARROW = "widen_input", "narrow_output"  # the names of the Casts the pass inserts end with these and a number
 
 
 @dataclass
@@ -75,43 +73,18 @@ def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.Ope
     provider = PROVIDERS.get(device, "CPUExecutionProvider")
     nodes: list[onnx.NodeProto] = []
     for position, node in enumerate(graph.node):
-        half = [name for name in (*node.input, *node.output) if name and types.get(name) in HALF_TYPES]
-        if not half or has_kernel(node, types, opsets, provider):
+        if not half_values(node, types) or has_kernel(node, types, opsets, provider):
             nodes.append(node)
             continue
-        before, wide, after = _widened(node, node.name or f"{node.op_type}_{position}", types, report)
+        before, wide, after = widened(node, node.name or f"{node.op_type}_{position}", types)
+        report.widened[node.op_type] += 1
+        report.casts += len(before) + len(after)
         if not has_kernel(wide, types, opsets, provider):
             raise UnsupportedOpError(_unsupported(node, types, device))
         nodes += [*before, wide, *after]
     del graph.node[:]
     graph.node.extend(nodes)
     return report
-
-
-def _widened(
-    node: onnx.NodeProto, prefix: str, types: dict[str, int], report: HalfPrecisionCasts
-) -> tuple[list[onnx.NodeProto], onnx.NodeProto, list[onnx.NodeProto]]:
-    """Casts to float32 of the node's 16-bit inputs, the node reading them (its 16-bit outputs written in float32),
-    and the Casts of those outputs back to their type, named after `prefix` (unique in the graph); `types` learns
-    the new values."""
-    before, after = [], []
-    wide = onnx.NodeProto()
-    wide.CopyFrom(node)
-    for index, name in enumerate(node.input):
-        if name and types.get(name) in HALF_TYPES:
-            cast_name = f"{prefix}/{WIDEN}{index}"
-            wide.input[index] = f"{cast_name}_out"
-            before.append(helper.make_node("Cast", [name], [wide.input[index]], cast_name, to=TensorProto.FLOAT))
-            types[wide.input[index]] = TensorProto.FLOAT
-    for index, name in enumerate(node.output):
-        if name and types.get(name) in HALF_TYPES:
-            cast_name = f"{prefix}/{NARROW}{index}"
-            wide.output[index] = f"{cast_name}_in"
-            after.append(helper.make_node("Cast", [wide.output[index]], [name], cast_name, to=types[name]))
-            types[wide.output[index]] = TensorProto.FLOAT
-    report.widened[node.op_type] += 1
-    report.casts += len(before) + len(after)
-    return before, wide, after
 
 
 def _unsupported(node: onnx.NodeProto, types: dict[str, int], device: str) -> str:
@@ -126,22 +99,6 @@ def missing_kernel_message(op_type: str, node_name: str, device: str, dtypes: st
     module = ".".join(part for part in node_name.split("/")[:-1] if part and part != "_original_module")
     where = f"module '{module}'" if module else "the model"
     return f"ort_zero: ONNX Runtime has no {device} kernel for {op_type} in {dtypes} ({where}, node '{node_name}')"
-
-
-def declares_16_bit(graph: onnx.GraphProto | None) -> bool:
-    """Whether a graph declares a bf16 or fp16 value: a 16-bit model's."""
-    return graph is not None and any(elem_type in HALF_TYPES for elem_type in element_types(graph).values())
-
-
-def widened_record(graph: onnx.GraphProto | None) -> dict[str, int]:
-    """Evidence read back from a graph: per op type, the nodes that compute in float32 for want of a 16-bit kernel."""
-    widened: Counter = Counter()
-    for node in graph.node if graph is not None else ():
-        if node.op_type != "Cast" and any(
-            f"/{WIDEN}" in name or f"/{NARROW}" in name for name in (*node.input, *node.output)
-        ):
-            widened[node.op_type] += 1
-    return dict(sorted(widened.items()))
 
 
 # Last: every node the other passes insert or copy (recompute's copies, the backward's gathers) is covered too.

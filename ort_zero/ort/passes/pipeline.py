@@ -2,6 +2,7 @@
 
 export (ORTModule's post-export processing, per export):
     same_type_casts       identity Casts whose output one node reads twice go (ORT's cast propagation fails on them)
+    half_precision_schemas  bf16 nodes ORT's schemas or gradients do not take compute in float32 between Casts
     grouped_conv_1d       grouped one-axis Convs become two-axis Convs (ORT's ConvGrad overruns dX on them)
     custom_gradients      no node sets an attribute the gradient ort_zero registered for its op does not handle
     zero3_params          ZeRO-3 parameters leave the graph inputs; pre-forward bridges provide them
@@ -27,6 +28,7 @@ from . import (
     gradient_free_bypass,
     grouped_conv_1d,
     half_precision_casts,
+    half_precision_schemas,
     mem_efficient_grads,
     passthrough_buffers,
     recompute,
@@ -40,6 +42,7 @@ from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
 
 EXPORT_PASSES: tuple[GraphPass, ...] = (
     same_type_casts.PASS,
+    half_precision_schemas.PASS,
     grouped_conv_1d.PASS,
     custom_gradients.PASS,
     zero3_params.PASS,

@@ -1,0 +1,41 @@
+"""The Casts torch's TorchScript exporter inserts for implicit type promotion, with bfloat16's ONNX number.
+
+The exporter's scalar-type analysis makes the inputs of an op that mixes dtypes agree by inserting Casts. For a
+promotion to bfloat16 (a bf16 tensor times an int64 one: Mamba's `hidden_states * attention_mask[:, :, None]`, the
+state-space and linear-attention families' masks) torch 2.15 writes `Cast(to=15)`: 15 is torch's number for bfloat16
+and ONNX's for complex128 (ONNX's bfloat16 is 16; an explicit `.to(torch.bfloat16)` gets 16). ORT then refuses the
+graph (`Type 'tensor(complex128)' ... is invalid`). ONNX has no complex tensors a torch export could make, so a Cast
+to complex128 the analysis inserted is always its bfloat16: it becomes `Cast(to=BFLOAT16)`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from onnx import TensorProto
+
+TORCH_BFLOAT16_NUMBER = TensorProto.COMPLEX128  # 15: c10::ScalarType::BFloat16 in torch
+
+
+def _casts(block: Any) -> Iterator[Any]:
+    for node in block.nodes():
+        if node.kind() == "onnx::Cast":
+            yield node
+        for inner in node.blocks():
+            yield from _casts(inner)
+
+
+def bfloat16_promotion_casts(analysis: Callable[..., None]) -> Callable[..., None]:
+    """torch's `_jit_pass_onnx_scalar_type_analysis`, its promotions to bfloat16 cast to ONNX's bfloat16."""
+
+    @functools.wraps(analysis)
+    def analysed(graph: Any, *args: Any, **kwargs: Any) -> None:
+        before = set(_casts(graph))
+        analysis(graph, *args, **kwargs)
+        for cast in _casts(graph):
+            if cast not in before and cast.i("to") == TORCH_BFLOAT16_NUMBER:
+                cast.i_("to", TensorProto.BFLOAT16)
+
+    return analysed
