@@ -11,8 +11,8 @@ import torch
 
 from ..foreign import ortmodule
 from ..python_op import function_name_of
-from .passes.backward_gather import forward_gathered_reads
 from .graph.widening import widened_record
+from .passes.backward_gather import forward_gathered_reads
 from .passes.recompute import recompute_record
 
 

@@ -155,6 +155,15 @@ ort_patch(
 )  # fmt: skip
 
 
+for _method in ("_initialize_graph_builder", "_build_graph"):
+    ort_patch(
+        "ort", f"ort.graph_refusals_named.{_method}", GEM, _method,
+        "An op ORT's schemas, or its gradient's, do not take in the model's dtype stopped the graph's build in a "
+        "traceback from inside ORT's graph builder (Type Error: Type 'tensor(bfloat16)' ... is invalid): it is one "
+        "line naming the op, the module and the way out.",
+        deferred(lambda: ort_zero_module(EXECUTION).ort_refusals_named),
+    )  # fmt: skip
+
 ort_patch(
     "ort", "ort.trim_after_forward", f"{ORTM}._execution_agent:TrainingAgent", "run_forward",
     "a forward leaves in glibc's heap what it did not keep for the backward (most activations under the layer-wise "

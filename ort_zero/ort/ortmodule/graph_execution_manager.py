@@ -23,7 +23,7 @@ from ... import settings
 from ...foreign import ortmodule
 from ...stack.cuda_provider import cuda_provider_required
 from ..graph.widening import declares_16_bit, widened_record
-from ..passes.half_precision_casts import UnsupportedOpError, missing_kernel_message
+from ..passes.half_precision_casts import UnsupportedOpError, missing_kernel_message, node_location
 from ..passes.recompute import recompute_record
 
 logger = logging.getLogger(__name__)
@@ -154,30 +154,51 @@ def _end_profiling(session: weakref.ref) -> None:
 
 
 _NO_KERNEL = re.compile(r"NOT_IMPLEMENTED : Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+_TYPE_ERROR = re.compile(
+    r"Type Error: Type 'tensor\((\w+)\)' of input parameter \(([^)]*)\) of operator \((\w+)\) in node \(([^)]*)\)"
+)
+_INLINED = re.compile(r"_inlfunc_([A-Za-z0-9]+)_")  # a value of an ORT function's body, inlined: "_inlfunc_DivGrad_.."
 
 
-def missing_kernel_named(original: Callable) -> Callable:
-    """Wraps a manager's `_create_execution_agent`: ORT's refusal of a node it has no kernel for (a traceback from
-    deep inside ORT's session creation) becomes one line naming the op, the module and the way out."""
+def refusal_named(error: Exception, device: str) -> str | None:
+    """The one line for ORT's refusal of a graph (no kernel for a node's types, or an op its schemas or its
+    gradient's do not take in a dtype): the op, the module and the way out; None for any other error."""
+    if (found := _NO_KERNEL.search(str(error))) is not None:
+        op_type, node_name = found.groups()
+        return missing_kernel_message(op_type, node_name, device, "the types it is given") + (
+            ": a bf16/fp16 model trains in float32 in ORT without the DeepSpeed config's bf16/fp16 section; "
+            "otherwise leave that module out of ORTModule"
+        )
+    if (found := _TYPE_ERROR.search(str(error))) is not None:
+        dtype, value, op_type, node_name = found.groups()
+        inlined = _INLINED.match(value)
+        op = f"{op_type} (in {inlined.group(1)})" if inlined else op_type
+        return (
+            f"ort_zero: ONNX Runtime cannot build {op} in {dtype} ({node_location(node_name or value)}): train this "
+            f"model in float32 in ORT (no {dtype} section in the DeepSpeed config), or leave that module out of "
+            "ORTModule"
+        )
+    return None
+
+
+def ort_refusals_named(original: Callable) -> Callable:
+    """Wraps a manager's method that builds a graph or a session (`_initialize_graph_builder`, `_build_graph`,
+    `_create_execution_agent`): ORT's refusal of the graph, a traceback from deep inside ORT, becomes one line
+    (`refusal_named`)."""
 
     @functools.wraps(original)
-    def _create_execution_agent(self: Any) -> None:
+    def building(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            original(self)
+            return original(self, *args, **kwargs)
         except Exception as error:
-            if (found := _NO_KERNEL.search(str(error))) is None:
+            if (message := refusal_named(error, ortmodule.device(self).type)) is None:
                 raise
-            op_type, node_name = found.groups()
-            message = missing_kernel_message(op_type, node_name, ortmodule.device(self).type, "the types it is given")
-            raise UnsupportedOpError(
-                f"{message}: a bf16/fp16 model trains in float32 in ORT without the DeepSpeed config's bf16/fp16 "
-                "section; otherwise leave that module out of ORTModule"
-            ) from None
+            raise UnsupportedOpError(message) from None
 
-    return _create_execution_agent
+    return building
 
 
 def inference_execution_agent(original: Callable) -> Callable:
     """The replacement of `InferenceManager._create_execution_agent`: the CUDA provider required where the model is
     on CUDA (`stack.cuda_provider`), the profile written at exit, a node ORT has no kernel for named in one line."""
-    return missing_kernel_named(profile_written_at_exit(cuda_provider_required(original)))
+    return ort_refusals_named(profile_written_at_exit(cuda_provider_required(original)))

@@ -20,7 +20,7 @@ from ..graph.edit import is_zero3_graph
 from ..passes.base import TrainingGraph
 from ..passes.pipeline import run_training_graph_passes
 from .footprint import trim_after_each_backward, trim_training_manager
-from .graph_execution_manager import missing_kernel_named, profile_written_at_exit
+from .graph_execution_manager import ort_refusals_named, profile_written_at_exit
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,6 @@ def execution_agent(original: Callable) -> Callable:
     """The replacement of `TrainingManager._create_execution_agent`: the CUDA provider required where the model is
     on CUDA (`stack.cuda_provider`), ORT's memory optimizer off for a ZeRO-3 graph, the footprint trimmed after, the
     profile (ORT_ZERO_ORT_PROFILE) written at exit, a node ORT has no kernel for named in one line."""
-    return missing_kernel_named(
+    return ort_refusals_named(
         profile_written_at_exit(cuda_provider_required(footprint_trimmed(zero3_memory_optimizer_off(original))))
     )

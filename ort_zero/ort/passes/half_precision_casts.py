@@ -96,9 +96,13 @@ def _unsupported(node: onnx.NodeProto, types: dict[str, int], device: str) -> st
 
 def missing_kernel_message(op_type: str, node_name: str, device: str, dtypes: str) -> str:
     """The one line that says ORT has no kernel for a node: the op, the module it came from, the node."""
+    return f"ort_zero: ONNX Runtime has no {device} kernel for {op_type} in {dtypes} ({node_location(node_name)})"
+
+
+def node_location(node_name: str) -> str:
+    """Where an exported node (or value) comes from: the module the exporter named it after, and its name."""
     module = ".".join(part for part in node_name.split("/")[:-1] if part and part != "_original_module")
-    where = f"module '{module}'" if module else "the model"
-    return f"ort_zero: ONNX Runtime has no {device} kernel for {op_type} in {dtypes} ({where}, node '{node_name}')"
+    return f"{f'module {module!r}' if module else 'the model'}, node '{node_name}'"
 
 
 # Last: every node the other passes insert or copy (recompute's copies, the backward's gathers) is covered too.

@@ -57,7 +57,7 @@ def test_a_node_ort_has_no_kernel_for_is_one_line_naming_op_module_and_way_out()
     from onnx import TensorProto, helper
 
     import ort_zero  # noqa: F401  (before ORT's training package)
-    from ort_zero.ort.ortmodule.graph_execution_manager import missing_kernel_named
+    from ort_zero.ort.ortmodule.graph_execution_manager import ort_refusals_named
     from ort_zero.ort.passes.half_precision_casts import UnsupportedOpError
 
     node = helper.make_node("Add", ["x", "y"], ["z"], name="/_original_module/model/layers.0/mlp/Add")
@@ -74,7 +74,7 @@ def test_a_node_ort_has_no_kernel_for_is_one_line_naming_op_module_and_way_out()
             onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
     with pytest.raises(UnsupportedOpError) as raised:
-        missing_kernel_named(Manager._create_execution_agent)(Manager())
+        ort_refusals_named(Manager._create_execution_agent)(Manager())
     message = str(raised.value)
     assert "\n" not in message and raised.value.__suppress_context__, message
     assert "no cpu kernel for Add" in message and "module 'model.layers.0.mlp'" in message, message

@@ -18,7 +18,8 @@ import torch
 from onnx import TensorProto, helper
 
 import ort_zero  # noqa: F401  (before ORT: makes ORTModule importable on today's torch)
-from ort_zero.ort.passes.half_precision_casts import UnsupportedOpError, widen_unsupported, widened_record
+from ort_zero.ort.graph.widening import widened_record
+from ort_zero.ort.passes.half_precision_casts import UnsupportedOpError, widen_unsupported
 
 BF16, FLOAT = TensorProto.BFLOAT16, TensorProto.FLOAT
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
