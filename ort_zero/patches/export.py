@@ -119,9 +119,16 @@ torch_patch(
 torch_patch(
     TORCH_KERNELS, "torch.product_in_torch", "torch:Tensor", "__mul__",
     "ORT 1.19.2's CPU provider has no 16-bit Mul: a bf16 model's products ran in float32 between Casts, the MLP's "
-    "act_fn(gate) * up and its gradient 0.6 s of an 18 s step (162M, seq 1024): a product of two 16-bit tensors of "
-    "one shape on the CPU runs as torch's mul in a PythonOp, in the model's dtype",
+    "act_fn(gate) * up and its gradient 0.6 s of an 18 s step (162M, seq 1024): a product of two 16-bit "
+    "activations (no parameter: a norm's weight stays in ORT's fused RMSNorm) on the CPU runs as torch's mul in a "
+    "PythonOp, in the model's dtype",
     torch_kernels.product_in_torch,
+)  # fmt: skip
+torch_patch(
+    TORCH_KERNELS, "torch.sum_in_torch", "torch:Tensor", "__add__",
+    "ORT 1.19.2's CPU provider has no 16-bit Add: a bf16 model's residual and rotary sums ran in float32 between "
+    "Casts: a sum of two 16-bit activations on the CPU runs as torch's add in a PythonOp, in the model's dtype",
+    torch_kernels.sum_in_torch,
 )  # fmt: skip
 transformers_patch(
     TORCH_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",

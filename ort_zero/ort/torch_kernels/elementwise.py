@@ -1,14 +1,15 @@
-"""A 16-bit model's SiLU and its products of like tensors as torch's kernels inside ORT's graph, on the CPU.
+"""A 16-bit model's SiLU, products and sums of activations as torch's kernels inside ORT's graph, on the CPU.
 
-ORT 1.19.2's CPU provider has no bf16 or fp16 kernel for Mul or for the QuickGelu it fuses SiLU into, so
+ORT 1.19.2's CPU provider has no bf16 or fp16 kernel for Mul, Add or the QuickGelu it fuses SiLU into, so
 `passes.half_precision_casts` runs them in float32 between Casts. The largest such ops of a LLaMA-shaped model are
 its MLP's `act_fn(gate) * up` ([seq, intermediate]): at 162M, seq 1024, bf16, that Mul, the SiLU, their gradients
 and their 14 Casts per layer took 1.2 s of an 18 s step (ORT's profiler, 2026-11-29), where torch computes them in
-bf16. While a 16-bit ZeRO-3 model is exported on the CPU, `F.silu` runs as `SiluInTorch` and `a * b` of two tensors
-of one shape and dtype as `ProductInTorch`: PythonOps whose forward and backward are torch's kernels, the values
-native ZeRO-3 computes (torch's bf16 kernels compute in float32 and round once, as ORT's Casts did). Each keeps what
-ORT's own op kept for its gradient (the SiLU's input, both factors). Products with broadcasting (a norm's weight,
-rotary embeddings: small, or float32) and float32 models keep ORT's ops.
+bf16; then the rotary embedding's products and sums and the residual sums ([seq, hidden]), 0.5 s. While a 16-bit
+ZeRO-3 model is exported on the CPU, `F.silu` runs as `SiluInTorch`, and `a * b` and `a + b` of two tensors of one
+dtype, neither a parameter, as `ProductInTorch` and `SumInTorch`: PythonOps whose forward and backward are torch's
+kernels, the values native ZeRO-3 computes (torch's bf16 kernels compute in float32 and round once, as ORT's Casts
+did). Each keeps what ORT's own op kept for its gradient (the SiLU's input, the factors; a sum keeps nothing). A norm's
+`weight * x` (ORT fuses it into its RMSNorm) and float32 models keep ORT's ops.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
 
 class ProductInTorch(torch.autograd.Function):
-    """`left * right` for tensors of one shape and dtype."""
+    """`left * right` for tensors of one dtype (broadcast: each gradient summed to its factor's shape)."""
 
     @staticmethod
     def forward(ctx: Any, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -37,20 +38,51 @@ class ProductInTorch(torch.autograd.Function):
             left.detach().clone() if keep and wanted[1] else None,
             right.detach().clone() if keep and wanted[0] else None,
         )
+        ctx.shapes = (left.shape, right.shape)
         return torch.mul(left, right)  # torch.mul: `*` is the patched one while exported
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        left, right = ctx.kept
+        (left, right), (left_shape, right_shape) = ctx.kept, ctx.shapes
         ctx.kept = None
-        left_grad = torch.mul(grad, right) if ctx.needs_input_grad[0] else None
-        right_grad = torch.mul(grad, left) if ctx.needs_input_grad[1] else None
+        left_grad = torch.mul(grad, right).sum_to_size(left_shape) if ctx.needs_input_grad[0] else None
+        right_grad = torch.mul(grad, left).sum_to_size(right_shape) if ctx.needs_input_grad[1] else None
         return left_grad, right_grad
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
-        """The factors' shape and type."""
-        return [shapes[0]], [dtypes[0]]
+        """The factors' broadcast shape, their type."""
+        return [broadcast_shape(shapes[0], shapes[1])], [dtypes[0]]
+
+
+class SumInTorch(torch.autograd.Function):
+    """`left + right` for tensors of one dtype (broadcast: each gradient summed to its term's shape)."""
+
+    @staticmethod
+    def forward(ctx: Any, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+        wanted_grads(ctx, left, right)
+        ctx.shapes = (left.shape, right.shape)
+        return torch.add(left, right)  # torch.add: `+` is the patched one while exported
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        # copies, not the gradient itself: ORT plans no output of the PythonOp in its input's buffer
+        return tuple(
+            (grad.clone() if shape == grad.shape else grad.sum_to_size(shape)) if wanted else None
+            for shape, wanted in zip(ctx.shapes, ctx.needs_input_grad, strict=True)
+        )
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        """The terms' broadcast shape, their type."""
+        return [broadcast_shape(shapes[0], shapes[1])], [dtypes[0]]
+
+
+def broadcast_shape(left: list, right: list) -> list:
+    """The shape two operands broadcast to, of dimensions that are numbers or ORT's symbolic names."""
+    rank = max(len(left), len(right))
+    left, right = [1] * (rank - len(left)) + list(left), [1] * (rank - len(right)) + list(right)
+    return [b if a == 1 else a for a, b in zip(left, right, strict=True)]
 
 
 class SiluInTorch(torch.autograd.Function):
@@ -86,23 +118,37 @@ def silu_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.
 
 
 def product_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """The patch's factory for `Tensor.__mul__`: `ProductInTorch` for two 16-bit tensors of one shape and dtype on a
-    device where torch's kernel was measured faster (`devices`); every other product is torch's own."""
+    """The patch's factory for `Tensor.__mul__`: `ProductInTorch` for two activations of one 16-bit dtype on a device
+    where torch's kernel was measured faster (`devices`); every other product is torch's own."""
 
     def __mul__(self: torch.Tensor, other: Any) -> torch.Tensor:
-        if _same_shape_16_bit(self, other):
+        if _like_activations(self, other):
             return ProductInTorch.apply(self, other)
         return replaced(self, other)
 
     return __mul__
 
 
+def sum_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The patch's factory for `Tensor.__add__`: `SumInTorch` where `product_in_torch` takes a product."""
+
+    def __add__(self: torch.Tensor, other: Any) -> torch.Tensor:
+        if _like_activations(self, other):
+            return SumInTorch.apply(self, other)
+        return replaced(self, other)
+
+    return __add__
+
+
 def _sixteen_bit_here(tensor: torch.Tensor) -> bool:
     return tensor.dtype in _SIXTEEN_BIT and faster_in_torch(tensor) and not tensor.is_nested
 
 
-def _same_shape_16_bit(left: torch.Tensor, right: Any) -> bool:
+def _like_activations(left: torch.Tensor, right: Any) -> bool:
+    """Two 16-bit tensors of one dtype and device, neither a parameter: a norm's `weight * x` stays ORT's, which fuses
+    it into its RMSNorm."""
     return (
         isinstance(right, torch.Tensor) and _sixteen_bit_here(left) and right.dtype == left.dtype
-        and right.shape == left.shape and right.device == left.device and not right.is_nested
+        and right.device == left.device and not right.is_nested
+        and not isinstance(left, torch.nn.Parameter) and not isinstance(right, torch.nn.Parameter)
     )  # fmt: skip

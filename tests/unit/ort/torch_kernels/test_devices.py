@@ -1,4 +1,4 @@
-"""The speed-only replacements (linear layers, the loss, a 16-bit SiLU and product) apply on the CPU, where they
+"""The speed-only replacements (linear layers, the loss, a 16-bit SiLU, product and sum) apply on the CPU, where they
 were measured; on any other device the export keeps ORT's own ops (a meta tensor stands in for a CUDA one: this
 machine has no GPU)."""
 
@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from ort_zero.ort.torch_kernels import cross_entropy_in_torch, linear_in_torch, product_in_torch, silu_in_torch
+from ort_zero.ort.torch_kernels import (
+    cross_entropy_in_torch,
+    linear_in_torch,
+    product_in_torch,
+    silu_in_torch,
+    sum_in_torch,
+)
 
 
 def _replaced(name: str, calls: list[str]):
@@ -26,7 +32,8 @@ def test_linear_and_loss_keep_orts_ops_off_the_cpu() -> None:
     half = torch.empty(2, 4, dtype=torch.bfloat16, device="meta")
     silu_in_torch(_replaced("silu", calls))(half)
     product_in_torch(_replaced("mul", calls))(half, half)
-    assert calls == ["linear", "loss", "silu", "mul"]
+    sum_in_torch(_replaced("add", calls))(half, half)
+    assert calls == ["linear", "loss", "silu", "mul", "add"]
 
 
 def test_on_the_cpu_torch_runs_them() -> None:
