@@ -15,6 +15,7 @@ training graph (ORT's graph-optimizer registry, before the session exists):
     scalar_output_grads   a model output whose gradient ORT only adds to its own takes a scalar zero when none is given
     yield_from_makers     the YieldOp reads model outputs from the kernels that made them, not from bridge copies
     passthrough_buffers   ORT's buffer plan alone owns what the pass-through PythonOps return
+    gradient_sums         on the CPU, a 16-bit model's gradient sums run as torch's adds in a PythonOp
     half_precision_casts  nodes the provider cannot run in bf16/fp16 compute in float32 between Casts
 """
 
@@ -26,6 +27,7 @@ from . import (
     backward_gather,
     custom_gradients,
     gradient_free_bypass,
+    gradient_sums,
     grouped_conv_1d,
     half_precision_casts,
     half_precision_schemas,
@@ -56,6 +58,7 @@ TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (
     scalar_output_grads.PASS,
     yield_from_makers.PASS,
     passthrough_buffers.PASS,
+    gradient_sums.PASS,
     half_precision_casts.PASS,
 )
 
