@@ -1,9 +1,10 @@
 """The autograd Functions ORT's graph runs at every step that ort_zero's export passes insert, besides ZeRO-3's bridges
 (`ort_zero.zero3`): where a graph's parameters come from. The passes only insert their nodes
-(`passes.zero3_params`, `passes.mem_efficient_grads`).
+(`passes.zero3_params`, `passes.mem_efficient_grads`, `passes.gradient_sums`).
 
     ParamPull       the one-element placeholders that stand for partitioned parameters at the bridges' inputs
     ParamRetrieval  one ordinary parameter handed to ORT; its gradient given to PyTorch as soon as ORT has it
+    SumOfGradients  a 16-bit value's gradients added by torch (on the CPU, where ORT has no 16-bit Sum)
 """
 
 from __future__ import annotations
@@ -64,3 +65,18 @@ class ParamRetrieval(torch.autograd.Function):
             raise RuntimeError(f"ort_zero: PythonOp {node.name} carries no parameter key")
         param = RETRIEVED_PARAMS[keys[0]]
         return [list(param.shape)], [onnx_dtype(param.dtype)]
+
+
+@records_errors
+class SumOfGradients(torch.autograd.Function):
+    """The sum of one value's gradients, run by ORT without autograd (its forward is the whole job)."""
+
+    @staticmethod
+    def forward(ctx: Any, count: int, *grads: torch.Tensor) -> torch.Tensor:
+        shaped = any(grad.dim() > 0 for grad in grads)
+        # a 0-dim gradient beside shaped ones is the scalar zero of scalar_output_grads: it adds nothing
+        terms = [grad for grad in grads if grad.dim() > 0 or not shaped or bool(grad != 0)]
+        total = torch.add(terms[0], terms[1]) if len(terms) > 1 else terms[0].clone()  # never an input: ORT owns it
+        for term in terms[2:]:
+            total.add_(term)
+        return total

@@ -4,43 +4,29 @@ Where a forward value feeds several nodes, ORT's backward adds its gradients wit
 provider has no 16-bit Sum, so `half_precision_casts` would compute each in float32 between Casts: on a 162M LLaMA
 at seq 1024, bf16, 73 Sums and their Casts took 0.7 s of a step (ORT's profiler, 2026-11-29), the largest the
 logits' ([seq, vocab]) with the scalar zero `scalar_output_grads` gives when PyTorch gives that output no gradient.
-Each such Sum becomes a PythonOp of `SumOfGradients`: torch's bf16 adds, one after the other as torch's autograd
-accumulates a gradient in native ZeRO-3, and the scalar zero skipped. On other devices ORT has the kernel.
+Each such Sum becomes a PythonOp of `step_functions.SumOfGradients`: torch's bf16 adds, one after the other as
+torch's autograd accumulates a gradient in native ZeRO-3, and the scalar zero skipped. On other devices ORT has the
+kernel.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import onnx
-import torch
 
 from ...python_op import function_name
 from ..graph.edit import make_python_op, register_function
 from ..graph.types import value_types
 from ..graph.widening import HALF_TYPES, declares_16_bit
+from ..step_functions import SumOfGradients
 from ..torch_kernels.devices import FASTER_IN_TORCH_ON
 from .base import GraphPass, TrainingGraph
 from .unchecked_kernels import unchecked
 
 logger = logging.getLogger(__name__)
 _GRAD_SUFFIX = "_grad"  # ORT names the gradient of value X "X_grad"
-
-
-class SumOfGradients(torch.autograd.Function):
-    """The sum of one value's gradients, run by ORT without autograd (its forward is the whole job)."""
-
-    @staticmethod
-    def forward(ctx: Any, count: int, *grads: torch.Tensor) -> torch.Tensor:
-        shaped = any(grad.dim() > 0 for grad in grads)
-        # a 0-dim gradient beside shaped ones is the scalar zero of scalar_output_grads: it adds nothing
-        terms = [grad for grad in grads if grad.dim() > 0 or not shaped or bool(grad != 0)]
-        total = torch.add(terms[0], terms[1]) if len(terms) > 1 else terms[0].clone()  # never an input: ORT owns it
-        for term in terms[2:]:
-            total.add_(term)
-        return total
 
 
 @dataclass

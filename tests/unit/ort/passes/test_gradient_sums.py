@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from ort_zero.ort.passes.gradient_sums import SumOfGradients
+from ort_zero.ort.step_functions import SumOfGradients
 
-SUM_OP = "ort_zero.ort.passes.gradient_sums.SumOfGradients"
+SUM_OP = "ort_zero.ort.step_functions.SumOfGradients"
 
 
 class Shared(torch.nn.Module):
