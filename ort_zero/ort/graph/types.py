@@ -35,6 +35,8 @@ def value_types(
     types = element_types(graph)
     outputs = [name for node in graph.node for name in node.output if name]
     for _ in range(4):  # ORT's ops feed ONNX's and the other way round; a few rounds reach every value
+        if all(name in types for name in outputs):
+            break  # every value is typed: no inference to run (a graph with ORT's symbolic shapes)
         known = len(types)
         types.update({name: types[original] for name in outputs if (original := copy_of(name)) in types})
         _add_ort_op_types(graph, types)

@@ -14,6 +14,8 @@ import onnx
 import torch
 
 from ...hooks.passthrough import BufferPlans, PythonOpKey
+from ..graph.types import value_types
+from .recompute_region import RECOMPUTE_SUFFIX
 
 
 class PassReport(Protocol):
@@ -60,6 +62,16 @@ class TrainingGraph:
     scalar_output_grads: list[int] = field(default_factory=list)
     # by pass-through PythonOp, the model outputs the YieldOp reads from it (yield_from_makers)
     yield_feeds: dict[PythonOpKey, YieldFeed] = field(default_factory=dict)
+    # the element type of every value, worked out once, by the first pass that asks (`element_types`)
+    types: dict[str, int] = field(default_factory=dict)
+
+    def element_types(self) -> dict[str, int]:
+        """Every value's element type (`graph.types.value_types`; a recomputed copy has its original's); a pass that
+        adds values adds theirs."""
+        if not self.types:
+            copy_of = lambda name: name.removesuffix(RECOMPUTE_SUFFIX)  # noqa: E731
+            self.types = value_types(self.graph, list(self.opsets), copy_of=copy_of)
+        return self.types
 
 
 @dataclass(frozen=True)

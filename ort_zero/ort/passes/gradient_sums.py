@@ -18,7 +18,6 @@ import onnx
 
 from ...python_op import function_name
 from ..graph.edit import make_python_op, register_function
-from ..graph.types import value_types
 from ..graph.widening import HALF_TYPES, declares_16_bit
 from ..step_functions import SumOfGradients
 from ..torch_kernels.devices import FASTER_IN_TORCH_ON
@@ -48,7 +47,7 @@ def run(training: TrainingGraph) -> GradientSumsInTorch:
     graph = training.graph
     if training.device not in FASTER_IN_TORCH_ON or not declares_16_bit(graph):
         return report
-    types, ranks = value_types(graph, list(training.opsets)), _ranks(graph)
+    types, ranks = training.element_types(), _ranks(graph)
     for position, node in enumerate(graph.node):
         if node.op_type != "Sum" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             continue

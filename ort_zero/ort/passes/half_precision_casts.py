@@ -30,7 +30,6 @@ from ..graph.kernels import has_kernel
 from ..graph.types import value_types
 from ..graph.widening import HALF_TYPES, declares_16_bit, half_values, widened
 from .base import GraphPass, TrainingGraph
-from .recompute_region import RECOMPUTE_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -60,16 +59,20 @@ class UnsupportedOpError(RuntimeError):
 
 
 def run(training: TrainingGraph) -> HalfPrecisionCasts:
-    return widen_unsupported(training.graph, training.device, list(training.opsets))
+    if not declares_16_bit(training.graph):
+        return HalfPrecisionCasts()  # a float32 model's graph: no type inference for it
+    return widen_unsupported(training.graph, training.device, list(training.opsets), training.element_types())
 
 
-def widen_unsupported(graph: onnx.GraphProto, device: str, opsets: list[onnx.OperatorSetIdProto]) -> HalfPrecisionCasts:
+def widen_unsupported(
+    graph: onnx.GraphProto, device: str, opsets: list[onnx.OperatorSetIdProto], types: dict[str, int] | None = None
+) -> HalfPrecisionCasts:
     """The pass on any graph ORT is about to build a session of (the training graph, or ORTModule's inference
-    graph) for a device of type `device`."""
+    graph) for a device of type `device`; `types`: its values' element types where known already."""
     report = HalfPrecisionCasts()
     if not declares_16_bit(graph):
         return report  # a float32 model's graph: no type inference for it
-    types = value_types(graph, opsets, copy_of=lambda name: name.removesuffix(RECOMPUTE_SUFFIX))
+    types = types if types is not None else value_types(graph, opsets)
     provider = PROVIDERS.get(device, "CPUExecutionProvider")
     nodes: list[onnx.NodeProto] = []
     for position, node in enumerate(graph.node):
