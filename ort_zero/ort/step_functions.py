@@ -69,7 +69,8 @@ class ParamRetrieval(torch.autograd.Function):
 
 @records_errors
 class SumOfGradients(torch.autograd.Function):
-    """The sum of one value's gradients, run by ORT without autograd (its forward is the whole job)."""
+    """The sum of one value's gradients, run by ORT without autograd (its forward is the whole job); `count`, how
+    many, is the integer input a PythonOp node carries."""
 
     @staticmethod
     def forward(ctx: Any, count: int, *grads: torch.Tensor) -> torch.Tensor:

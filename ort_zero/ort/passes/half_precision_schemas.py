@@ -80,8 +80,8 @@ def run(exported: ExportedGraph) -> WidenedForSchemas:
     nodes: list[onnx.NodeProto] = []
     for position, node in enumerate(graph.node):
         bf16 = _bf16_values(node, types)
-        gradient = exported.training and node.op_type in NO_BF16_GRADIENT and node.domain in ("", "ai.onnx")
-        if not bf16 or not (gradient or _schema_refuses_bf16(node, bf16, opsets)):
+        no_gradient = exported.training and node.op_type in NO_BF16_GRADIENT and node.domain in ("", "ai.onnx")
+        if not bf16 or not (no_gradient or _schema_refuses_bf16(node, bf16, opsets)):
             nodes.append(node)
             continue
         before, wide, after = widened(node, node.name or f"{node.op_type}_{position}", types)
