@@ -1,6 +1,7 @@
 """The half_precision_casts pass: a bf16 graph of ops ORT's CPU provider has no bf16 kernel for runs after the pass
 (and is refused without it), with torch's bf16 results; ops with bf16 kernels stay bf16; an op with no kernel in
-any precision is one error naming the op and the node."""
+any precision is one error naming the op and the node; ORT's own gradient ops (Scale, FusedMatMul), which ONNX's
+type inference does not know, are typed and compute in float32 too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -116,3 +118,23 @@ def test_the_session_keeps_no_float32_copy_from_the_forward_for_the_backward() -
     assert math.isfinite(result["loss"]), result
     assert result["widened"].get("SimplifiedLayerNormalizationGrad"), result  # the backward widens its inputs
     assert result["kept"] == [], result
+
+
+class _OwnOpsOfOrt(torch.nn.Module):
+    """A mean and a product of two activations: their gradients are ORT's own ops (Scale, FusedMatMul), which ONNX's
+    type inference does not know."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.outer = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.inner(x)
+        centred = hidden - hidden.mean(-1, keepdim=True)
+        batched = centred.view(4, 2, 4) @ hidden.view(4, 4, 2)  # batched: ORT's gradient is a FusedMatMul
+        return self.outer(batched.reshape(4, 4).repeat(1, 2)).float().square().mean()
+
+
+def test_orts_own_gradient_ops_of_a_bf16_graph_compute_in_float32(trains_as_pytorch: Callable) -> None:
+    record = trains_as_pytorch(_OwnOpsOfOrt, dtype=torch.bfloat16)
+    assert {"Scale", "FusedMatMul"} <= set(record["float32_fallbacks"]), record["float32_fallbacks"]
