@@ -1,5 +1,6 @@
-"""What the ORT tests share: ort_zero's patches applied with ORTModule's silent fallback off, and the check that a
-model trains in ORT with PyTorch's loss and gradients (and really ran in ORT)."""
+"""What the ORT tests share: ort_zero's patches applied with ORTModule's silent fallback off, the check that a
+model trains in ORT with PyTorch's loss and gradients (and really ran in ORT), and a model that puts one op on the
+gradient's path."""
 
 from __future__ import annotations
 
@@ -13,6 +14,19 @@ import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on 
 from ort_zero.ort.inspection import ort_run_record
 
 TrainsAsPytorch = Callable[..., dict]
+
+
+class Op(torch.nn.Module):
+    """One op between two Linear layers, so that its gradient must flow back to trained weights (the loss in
+    float32, so that a bf16 model's loss is not rounded again)."""
+
+    def __init__(self, op: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.op = op
+        self.inner, self.outer = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.outer(self.op(self.inner(x))).float().square().mean()
 
 
 @pytest.fixture

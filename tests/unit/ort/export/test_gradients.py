@@ -17,7 +17,7 @@ from ort_zero.ort.export import gradients
 from ort_zero.ort.passes import custom_gradients
 from ort_zero.ort.passes.base import ExportedGraph
 
-from .conftest import Op
+from ..conftest import Op
 
 CASES = {"CumSum": lambda x: x.cumsum(-1) + x.reshape(2, 2, 8).cumsum(1).reshape(4, 8)}
 

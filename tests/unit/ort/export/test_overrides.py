@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importable on today's torch)
 from ort_zero.ort.export import overrides as export_overrides
 
-from .conftest import Op
+from ..conftest import Op
 
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 

@@ -17,7 +17,7 @@ from onnx import TensorProto
 import ort_zero  # noqa: F401  (before ORT: makes ORTModule importable on today's torch)
 from ort_zero import patches
 
-from .conftest import Op
+from ..conftest import Op
 
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
@@ -27,12 +27,13 @@ def masked(x: torch.Tensor) -> torch.Tensor:
 
 
 def _promotion_cast(patched: bool, dtype: torch.dtype) -> int:
-    """The type the promotion's Cast (the graph's last; the first makes the mask int64) casts the mask to."""
+    """The type the promotion's Cast (the one after the Cast that makes the mask int64) casts the mask to."""
     buffer = io.BytesIO()
     with patches.applied("ort_export") if patched else contextlib.nullcontext():
         torch.onnx.export(Op(masked).to(dtype), (torch.randn(4, 8, dtype=dtype),), buffer, dynamo=False)
     graph = onnx.load_from_string(buffer.getvalue()).graph
-    return [a.i for n in graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"][-1]
+    casts = [a.i for n in graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"]
+    return casts[casts.index(TensorProto.INT64) + 1]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

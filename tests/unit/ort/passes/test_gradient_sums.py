@@ -11,24 +11,19 @@ import torch
 
 from ort_zero.ort.step_functions import SumOfGradients
 
+from ..conftest import Op
+
 SUM_OP = "ort_zero.ort.step_functions.SumOfGradients"
 
 
-class Shared(torch.nn.Module):
+def shared(hidden: torch.Tensor) -> torch.Tensor:
     """A value read by two nodes (a product and a sum), so its gradient is a sum of two."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner, self.outer = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.inner(x)
-        return self.outer(hidden * hidden.sum(-1, keepdim=True)).float().square().mean()
+    return hidden * hidden.sum(-1, keepdim=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_16_bit_gradient_sum_runs_in_torch(trains_as_pytorch: Callable, dtype: torch.dtype) -> None:
-    record = trains_as_pytorch(Shared, dtype=dtype)
+    record = trains_as_pytorch(lambda: Op(shared), dtype=dtype)
     sixteen = dtype == torch.bfloat16
     assert (SUM_OP in record["python_ops"]) == sixteen
     assert "Sum" not in record["float32_fallbacks"], record["float32_fallbacks"]

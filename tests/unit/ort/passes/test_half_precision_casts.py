@@ -23,6 +23,8 @@ import ort_zero  # noqa: F401  (before ORT: makes ORTModule importable on today'
 from ort_zero.ort.graph.widening import widened_record
 from ort_zero.ort.passes.half_precision_casts import UnsupportedOpError, widen_unsupported
 
+from ..conftest import Op
+
 BF16, FLOAT = TensorProto.BFLOAT16, TensorProto.FLOAT
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
 
@@ -120,21 +122,13 @@ def test_the_session_keeps_no_float32_copy_from_the_forward_for_the_backward() -
     assert result["kept"] == [], result
 
 
-class _OwnOpsOfOrt(torch.nn.Module):
-    """A mean and a product of two activations: their gradients are ORT's own ops (Scale, FusedMatMul), which ONNX's
-    type inference does not know."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner, self.outer = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.inner(x)
-        centred = hidden - hidden.mean(-1, keepdim=True)
-        batched = centred.view(4, 2, 4) @ hidden.view(4, 4, 2)  # batched: ORT's gradient is a FusedMatMul
-        return self.outer(batched.reshape(4, 4).repeat(1, 2)).float().square().mean()
+def own_ops_of_ort(hidden: torch.Tensor) -> torch.Tensor:
+    """A mean and a batched product of two activations: their gradients are ORT's own ops (Scale, FusedMatMul),
+    which ONNX's type inference does not know."""
+    centred = hidden - hidden.mean(-1, keepdim=True)
+    return (centred.view(4, 2, 4) @ hidden.view(4, 4, 2)).reshape(4, 4).repeat(1, 2)
 
 
 def test_orts_own_gradient_ops_of_a_bf16_graph_compute_in_float32(trains_as_pytorch: Callable) -> None:
-    record = trains_as_pytorch(_OwnOpsOfOrt, dtype=torch.bfloat16)
+    record = trains_as_pytorch(lambda: Op(own_ops_of_ort), dtype=torch.bfloat16)
     assert {"Scale", "FusedMatMul"} <= set(record["float32_fallbacks"]), record["float32_fallbacks"]

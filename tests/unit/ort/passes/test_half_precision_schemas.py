@@ -17,19 +17,9 @@ import ort_zero  # noqa: F401  (before ORT: makes ORTModule importable on today'
 from ort_zero.ort.passes import half_precision_schemas, pipeline
 from ort_zero.ort.passes.base import ExportedGraph
 
+from ..conftest import Op
+
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
-
-
-class Op(torch.nn.Module):
-    """One op between two Linear layers, so that its gradient must flow back to trained weights."""
-
-    def __init__(self, op: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        super().__init__()
-        self.op = op
-        self.inner, self.outer = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.outer(self.op(self.inner(x))).float().square().mean()
 
 
 CASES = {  # the op ORT refuses in bf16, and a model computing it
