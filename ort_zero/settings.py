@@ -33,13 +33,10 @@ def trim_heap() -> bool:
     return _switch("ORT_ZERO_TRIM_HEAP", "trim, the default")
 
 
-def output_pool() -> bool | None:
+def output_pool() -> bool:
     """Whether the linear layers ORT runs in torch on CPU write their outputs and kept inputs into buffers kept from
-    step to step (ORT_ZERO_OUTPUT_POOL 1 or 0); None when unset: for float32 outputs only (why, and why not for
-    16-bit ones: `ort_zero.ort.torch_kernels.output_pool`)."""
-    if not os.environ.get("ORT_ZERO_OUTPUT_POOL", "").strip():
-        return None
-    return _switch("ORT_ZERO_OUTPUT_POOL", "keep the buffers for every dtype")
+    step to step (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.ort.torch_kernels.output_pool`)."""
+    return _switch("ORT_ZERO_OUTPUT_POOL", "keep the buffers, the default")
 
 
 def cpu_mem_arena() -> bool | None:

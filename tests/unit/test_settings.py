@@ -35,9 +35,9 @@ def test_a_bad_switch_stops_enable_zero3_naming_it(monkeypatch: pytest.MonkeyPat
     assert ort_zero.is_zero3_enabled() == enabled  # stopped before patching anything
 
 
-def test_the_output_pool_is_left_to_ort_zero_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_output_pool_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
-    assert settings.output_pool() is None
+    assert settings.output_pool() is True
     monkeypatch.setenv("ORT_ZERO_OUTPUT_POOL", "1")
     assert settings.output_pool() is True
     monkeypatch.setenv("ORT_ZERO_OUTPUT_POOL", "0")

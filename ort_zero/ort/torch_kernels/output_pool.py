@@ -12,11 +12,12 @@ buffers (614 MiB) at once where each later step needed 29 (434 MiB; 162M LLaMA, 
 step those lifted its peak by ~350 MiB at seq 2048; so what the pool holds after a first run is dropped. The LM head's
 logits are pooled too, though glibc maps so large a block on its own: left to torch, a step at seq 2048 took 1.06x
 native's instead of 0.98x (its system time 4.5-4.8 s against 3.4-3.7).
-In a bf16 or fp16 model the pool holds its buffers for float32 outputs only: there the step's peak is DeepSpeed's
-optimizer step (fp32 master weights and Adam's transients on top of the 16-bit state), through which the pool's
-buffers stay resident (measured: 342 MiB of pooled bf16 buffers, 162M LLaMA at seq 1024, were ORT's peak 0.99x
-native's against 0.92x without them, at the same step time; docs/benchmarks.md).
-ORT_ZERO_OUTPUT_POOL=0 turns it off, =1 on for every dtype (`settings.output_pool`).
+A bf16 model's too: once its step peaked in DeepSpeed's optimizer step, through which the buffers stay resident
+(342 MiB at seq 1024 lifted ORT's peak from 0.92x native's to 0.99x), and 16-bit outputs stayed out. Measured again
+(83bea7b), a 162M LLaMA's bf16 step peaks in the forward, and the buffers lift the optimizer step's RSS only to that
+peak: with them a step at seq 1024 took 15.4 s instead of 16.9 (forward page faults 340 thousand instead of 460) at
+the same peak; at seq 2048, 33.3 s instead of 34.5 (docs/benchmarks.md).
+ORT_ZERO_OUTPUT_POOL=0 turns it off (`settings.output_pool`).
 """
 
 from __future__ import annotations
@@ -94,10 +95,10 @@ POOL = OutputPool()
 
 def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor | None:
     """A pool buffer of `shape` for a matmul on `like`'s device and dtype, or None where torch should allocate: off
-    the CPU, under autocast, for mixed dtypes, with the pool off, or for a 16-bit output unless asked for."""
+    the CPU, under autocast, for mixed dtypes or with the pool off."""
     if like.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return None
-    if (chosen := settings.output_pool()) is False or (chosen is None and like.dtype != torch.float32):
+    if not settings.output_pool():
         return None
     if any(t.dtype != like.dtype or t.device != like.device for t in operands):
         return None

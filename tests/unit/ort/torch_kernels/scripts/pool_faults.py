@@ -1,7 +1,8 @@
 """One process: a small LLaMA whose linear layers run as torch's matmuls (PythonOps) in an ORTModule, trained
-three steps (SGD) at seq 1024; prints, as JSON, the losses, the page faults of the third forward and the highest RSS
-seen at the ends of the later forwards and backwards. Run by
-tests/unit/ort/torch_kernels/test_output_pool.py with and without ORT_ZERO_OUTPUT_POOL."""
+three steps (SGD) at seq 1024 in the dtype its argument names (float32 or bfloat16); prints, as JSON, the losses, the
+page faults of the third forward, the pages of a forward's linear outputs and the highest RSS seen at the ends of the
+later forwards and backwards. Run by tests/unit/ort/torch_kernels/test_output_pool.py with and without
+ORT_ZERO_OUTPUT_POOL."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import importlib
 import json
 import os
 import resource
+import sys
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -35,8 +37,10 @@ def main() -> None:
         vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
         max_position_embeddings=1024,
     )  # fmt: skip
-    model = ortmodule.ORTModule(LlamaForCausalLM(config))
+    dtype = getattr(torch, sys.argv[1])
+    model = ortmodule.ORTModule(LlamaForCausalLM(config).to(dtype))
     ids = torch.randint(0, config.vocab_size, (2, 1024))
+    linear_outputs = sum(m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)) * ids.numel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     losses, forward_faults, rss = [], 0, []
     ort_zero.enable_zero3()
@@ -57,6 +61,7 @@ def main() -> None:
             {
                 "losses": losses,
                 "forward_faults": forward_faults,
+                "linear_output_pages": linear_outputs * dtype.itemsize // os.sysconf("SC_PAGE_SIZE"),
                 "peak_rss_mib": max(rss[2:]),
                 "ort_ran": bool(record["session"]),
                 "python_ops": record["python_ops"],
