@@ -9,7 +9,9 @@ ZeRO-3 model is exported on the CPU, `F.silu` runs as `SiluInTorch`, and `a * b`
 dtype, neither a parameter, as `ProductInTorch` and `SumInTorch`: PythonOps whose forward and backward are torch's
 kernels, the values native ZeRO-3 computes (torch's bf16 kernels compute in float32 and round once, as ORT's Casts
 did). Each keeps what ORT's own op kept for its gradient (the SiLU's input, the factors; a sum keeps nothing). A norm's
-`weight * x` (ORT fuses it into its RMSNorm) and float32 models keep ORT's ops.
+`weight * x` (ORT fuses it into its RMSNorm) and float32 models keep ORT's ops. Their outputs, gradients and kept
+copies come from the output pool (`output_pool`), as the linear layers' do: left to torch, a bf16 162M LLaMA's
+forward at seq 2048 faulted them in again every step (about 90 MiB a layer).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from ...hooks.export_mode import is_exporting
 from .context import wanted_grads
 from .devices import faster_in_torch
+from .output_pool import pooled, pooled_copy
 
 _SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
@@ -35,18 +38,18 @@ class ProductInTorch(torch.autograd.Function):
         keep = any(wanted) and not is_exporting()  # the trace's forward has no backward
         # copies of what the other factor's gradient reads: ORT reuses its inputs' buffers after its forward
         ctx.kept = (
-            left.detach().clone() if keep and wanted[1] else None,
-            right.detach().clone() if keep and wanted[0] else None,
+            pooled_copy(left) if keep and wanted[1] else None,
+            pooled_copy(right) if keep and wanted[0] else None,
         )
         ctx.shapes = (left.shape, right.shape)
-        return torch.mul(left, right)  # torch.mul: `*` is the patched one while exported
+        return _product(left, right)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         (left, right), (left_shape, right_shape) = ctx.kept, ctx.shapes
         ctx.kept = None
-        left_grad = torch.mul(grad, right).sum_to_size(left_shape) if ctx.needs_input_grad[0] else None
-        right_grad = torch.mul(grad, left).sum_to_size(right_shape) if ctx.needs_input_grad[1] else None
+        left_grad = _product(grad, right).sum_to_size(left_shape) if ctx.needs_input_grad[0] else None
+        right_grad = _product(grad, left).sum_to_size(right_shape) if ctx.needs_input_grad[1] else None
         return left_grad, right_grad
 
     @staticmethod
@@ -62,13 +65,14 @@ class SumInTorch(torch.autograd.Function):
     def forward(ctx: Any, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         wanted_grads(ctx, left, right)
         ctx.shapes = (left.shape, right.shape)
-        return torch.add(left, right)  # torch.add: `+` is the patched one while exported
+        out = _buffer(torch.broadcast_shapes(left.shape, right.shape), left, right)
+        return torch.add(left, right) if out is None else torch.add(left, right, out=out)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         # copies, not the gradient itself: ORT plans no output of the PythonOp in its input's buffer
         return tuple(
-            (grad.clone() if shape == grad.shape else grad.sum_to_size(shape)) if wanted else None
+            (pooled_copy(grad) if shape == grad.shape else grad.sum_to_size(shape)) if wanted else None
             for shape, wanted in zip(ctx.shapes, ctx.needs_input_grad, strict=True)
         )
 
@@ -76,6 +80,18 @@ class SumInTorch(torch.autograd.Function):
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
         """The terms' broadcast shape, their type."""
         return [broadcast_shape(shapes[0], shapes[1])], [dtypes[0]]
+
+
+def _buffer(shape: torch.Size, *operands: torch.Tensor) -> torch.Tensor | None:
+    """A pool buffer for an output of `shape`, where the pool serves; none in the export's trace, whose outputs are
+    garbage once it ends."""
+    return None if is_exporting() else pooled(tuple(shape), *operands)
+
+
+def _product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """`torch.mul` (`*` is the patched one while exported), into a pool buffer where the pool serves."""
+    out = _buffer(torch.broadcast_shapes(left.shape, right.shape), left, right)
+    return torch.mul(left, right) if out is None else torch.mul(left, right, out=out)
 
 
 def broadcast_shape(left: list, right: list) -> list:
@@ -91,13 +107,17 @@ class SiluInTorch(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, input: torch.Tensor) -> torch.Tensor:
         keep = wanted_grads(ctx, input)[0] and not is_exporting()  # the trace's forward has no backward
-        ctx.kept = input.detach().clone() if keep else None  # ORT reuses its input's buffer after its forward
-        return torch.ops.aten.silu(input)
+        ctx.kept = pooled_copy(input) if keep else None  # ORT reuses its input's buffer after its forward
+        out = _buffer(input.shape, input)
+        return torch.ops.aten.silu(input) if out is None else torch.ops.aten.silu.out(input, out=out)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         input, ctx.kept = ctx.kept, None
-        return torch.ops.aten.silu_backward(grad, input)
+        out = _buffer(grad.shape, grad, input)
+        if out is None:
+            return torch.ops.aten.silu_backward(grad, input)
+        return torch.ops.aten.silu_backward.grad_input(grad, input, grad_input=out)
 
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:

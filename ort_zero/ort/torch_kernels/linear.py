@@ -24,7 +24,7 @@ from ...hooks.export_mode import is_exporting
 from ..export.context import is_stand_in
 from .context import wanted_grads
 from .devices import faster_in_torch
-from .output_pool import pooled
+from .output_pool import pooled, pooled_copy
 
 
 class LinearInTorch(torch.autograd.Function):
@@ -136,8 +136,7 @@ class _SharedCopy:
             copy = cls._last[1]()
             if copy is not None and torch.equal(copy, input):
                 return copy
-        buffer = pooled(tuple(input.shape), input)
-        copy = input.detach().clone() if buffer is None else buffer.copy_(input)
+        copy = pooled_copy(input)
         cls._last = (key, weakref.ref(copy))
         return copy
 

@@ -1,4 +1,4 @@
-"""CPU buffers the linear layers write into, kept from one step to the next.
+"""CPU buffers the linear layers (and a 16-bit model's SiLU, products and sums) write into, kept from step to step.
 
 On CPU every step's activations are freed after the backward and handed back to the OS (`zero3.heap`), and the next
 forward faults them in again, page by page: at seq 1024 on a 162M LLaMA that was 1.3 GiB a step, the system time that
@@ -94,8 +94,8 @@ POOL = OutputPool()
 
 
 def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor | None:
-    """A pool buffer of `shape` for a matmul on `like`'s device and dtype, or None where torch should allocate: off
-    the CPU, under autocast, for mixed dtypes or with the pool off."""
+    """A pool buffer of `shape` for a kernel's output on `like`'s device and dtype, or None where torch should
+    allocate: off the CPU, under autocast, for mixed dtypes or with the pool off."""
     if like.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return None
     if not settings.output_pool():
@@ -103,3 +103,9 @@ def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) 
     if any(t.dtype != like.dtype or t.device != like.device for t in operands):
         return None
     return POOL.take(shape, like.dtype)
+
+
+def pooled_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of `tensor` in a pool buffer where the pool serves, else torch's clone."""
+    buffer = pooled(tuple(tensor.shape), tensor)
+    return tensor.detach().clone() if buffer is None else buffer.copy_(tensor)

@@ -22,6 +22,7 @@ from ort_zero.ort.torch_kernels import (
     ProductInTorch,
     SiluInTorch,
     SumInTorch,
+    output_pool,
     product_in_torch,
     silu_in_torch,
     sum_in_torch,
@@ -49,6 +50,32 @@ def test_values_and_gradients_are_torchs_bit_for_bit(right_shape: tuple[int, ...
     got = SiluInTorch.apply(left)
     assert torch.equal(got, expected)
     assert torch.equal(torch.autograd.grad(got, left, grad)[0], torch.autograd.grad(expected, left, grad)[0])
+
+
+@pytest.mark.parametrize("function", [ProductInTorch, SumInTorch, SiluInTorch])
+def test_outputs_gradients_and_kept_copies_are_the_output_pools(
+    function: type[torch.autograd.Function], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their pages stay resident from step to step, as the linear layers' do, instead of being faulted in again."""
+    pool = output_pool.OutputPool()
+    monkeypatch.setattr(output_pool, "POOL", pool)
+    monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
+    inputs = [torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
+    inputs = inputs[:1] if function is SiluInTorch else inputs
+    output = function.apply(*inputs)
+    kept = 0 if function is SumInTorch else len(inputs)  # a product keeps both factors, the SiLU its input
+    assert _storage(output) in _pooled_storages(pool)
+    assert len(pool.buffers[torch.bfloat16]) == 1 + kept  # the output and the kept copies
+    grads = torch.autograd.grad(output, inputs, torch.ones_like(output))
+    assert {_storage(grad) for grad in grads} <= _pooled_storages(pool)
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def _pooled_storages(pool: output_pool.OutputPool) -> set[int]:
+    return {_storage(buffer.tensor) for buffers in pool.buffers.values() for buffer in buffers}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
