@@ -112,7 +112,7 @@ def trained_with_pool(setting: str | None, dtype: str) -> dict:
     return result
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.extended)])  # CI's budget
 def test_a_forward_reuses_the_last_steps_outputs_instead_of_faulting_them_in(dtype: str) -> None:
     """After each backward the heap's free pages go back to the OS; without the pool the next forward faulted the
     linear layers' outputs in again, page by page (in float32 ~3x the pages of the pool's forward). On by default."""
