@@ -42,14 +42,14 @@ class ProductInTorch(torch.autograd.Function):
             pooled_copy(right) if keep and wanted[0] else None,
         )
         ctx.shapes = (left.shape, right.shape)
-        return _product(left, right)
+        return _into_pool(torch.mul, left, right)  # torch.mul: `*` is the patched one while exported
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         (left, right), (left_shape, right_shape) = ctx.kept, ctx.shapes
         ctx.kept = None
-        left_grad = _product(grad, right).sum_to_size(left_shape) if ctx.needs_input_grad[0] else None
-        right_grad = _product(grad, left).sum_to_size(right_shape) if ctx.needs_input_grad[1] else None
+        left_grad = _into_pool(torch.mul, grad, right).sum_to_size(left_shape) if ctx.needs_input_grad[0] else None
+        right_grad = _into_pool(torch.mul, grad, left).sum_to_size(right_shape) if ctx.needs_input_grad[1] else None
         return left_grad, right_grad
 
     @staticmethod
@@ -65,8 +65,7 @@ class SumInTorch(torch.autograd.Function):
     def forward(ctx: Any, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         wanted_grads(ctx, left, right)
         ctx.shapes = (left.shape, right.shape)
-        out = _buffer(torch.broadcast_shapes(left.shape, right.shape), left, right)
-        return torch.add(left, right) if out is None else torch.add(left, right, out=out)
+        return _into_pool(torch.add, left, right)  # torch.add: `+` is the patched one while exported
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -82,16 +81,10 @@ class SumInTorch(torch.autograd.Function):
         return [broadcast_shape(shapes[0], shapes[1])], [dtypes[0]]
 
 
-def _buffer(shape: torch.Size, *operands: torch.Tensor) -> torch.Tensor | None:
-    """A pool buffer for an output of `shape`, where the pool serves; none in the export's trace, whose outputs are
-    garbage once it ends."""
-    return None if is_exporting() else pooled(tuple(shape), *operands)
-
-
-def _product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """`torch.mul` (`*` is the patched one while exported), into a pool buffer where the pool serves."""
-    out = _buffer(torch.broadcast_shapes(left.shape, right.shape), left, right)
-    return torch.mul(left, right) if out is None else torch.mul(left, right, out=out)
+def _into_pool(op: Callable[..., torch.Tensor], left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """`op(left, right)` (torch.mul, torch.add) into a pool buffer where the pool serves."""
+    out = pooled(tuple(torch.broadcast_shapes(left.shape, right.shape)), left, right)
+    return op(left, right) if out is None else op(left, right, out=out)
 
 
 def broadcast_shape(left: list, right: list) -> list:
@@ -108,13 +101,13 @@ class SiluInTorch(torch.autograd.Function):
     def forward(ctx: Any, input: torch.Tensor) -> torch.Tensor:
         keep = wanted_grads(ctx, input)[0] and not is_exporting()  # the trace's forward has no backward
         ctx.kept = pooled_copy(input) if keep else None  # ORT reuses its input's buffer after its forward
-        out = _buffer(input.shape, input)
+        out = pooled(tuple(input.shape), input)
         return torch.ops.aten.silu(input) if out is None else torch.ops.aten.silu.out(input, out=out)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         input, ctx.kept = ctx.kept, None
-        out = _buffer(grad.shape, grad, input)
+        out = pooled(tuple(grad.shape), grad, input)
         if out is None:
             return torch.ops.aten.silu_backward(grad, input)
         return torch.ops.aten.silu_backward.grad_input(grad, input, grad_input=out)

@@ -79,11 +79,10 @@ class LinearInTorch(torch.autograd.Function):
 
 
 def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear` into a buffer of the output pool (`output_pool`), where it serves: not in the export's trace,
-    whose outputs are garbage once it ends."""
+    """`F.linear` into a buffer of the output pool (`output_pool`), where it serves."""
     rows = input.reshape(-1, input.shape[-1])
     operands = (rows, weight) if bias is None else (rows, weight, bias)
-    out = None if is_exporting() else pooled((rows.shape[0], weight.shape[0]), *operands)
+    out = pooled((rows.shape[0], weight.shape[0]), *operands)
     if out is None:
         return torch.nn.functional.linear(input, weight, bias)
     if bias is None:

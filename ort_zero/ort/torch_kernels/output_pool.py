@@ -29,6 +29,7 @@ import torch
 
 from ... import settings
 from ...foreign import torch as torch_internals
+from ...hooks.export_mode import is_exporting
 
 _UNSHARED = 2
 """A storage's use count when only the pool holds it: the pool's tensor and the storage object the count asks."""
@@ -95,8 +96,9 @@ POOL = OutputPool()
 
 def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor | None:
     """A pool buffer of `shape` for a kernel's output on `like`'s device and dtype, or None where torch should
-    allocate: off the CPU, under autocast, for mixed dtypes or with the pool off."""
-    if like.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
+    allocate: off the CPU, under autocast, for mixed dtypes, with the pool off, or in the export's trace (whose
+    outputs are garbage once it ends)."""
+    if like.device.type != "cpu" or torch.is_autocast_enabled("cpu") or is_exporting():
         return None
     if not settings.output_pool():
         return None
