@@ -35,6 +35,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["ort_zero", "ort_zero.*"]),
+    # the configs the tools and examples find through the installed package (ort_zero/configs.py)
+    package_data={"ort_zero": ["ds_configs/*.json", "ds_configs/*.yaml", "ds_configs/README.md"]},
     install_requires=STACK,
     extras_require={
         "hf": HUGGING_FACE,

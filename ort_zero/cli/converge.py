@@ -26,13 +26,13 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from ort_zero import settings
+from ort_zero import configs, settings
 from ort_zero.cli.curves import SPREAD_FACTOR, Curve, Verdict, compare, read_curve, within_own_spread
 from ort_zero.examples.config import ConfigError, load_and_check
 from ort_zero.tools.process_tree import TaggedProcessTree, free_port
 from ort_zero.tools.recompute_summary import describe_recompute, recompute_applied
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_cpu_fp32.json"
+DEFAULT_CONFIG = "zero3_cpu_fp32.json"  # shipped with ort_zero (`configs`)
 STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 PRECISION_SECTIONS = {
     "fp32": {},
@@ -54,7 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--deepspeed_config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument(
+        "--deepspeed_config",
+        type=configs.resolve,
+        default=DEFAULT_CONFIG,
+        help="DeepSpeed JSON config (a file, or the name of one ort_zero ships; `ort-zero configs` lists them)",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/converge"))
     parser.add_argument(
         "--precision", choices=list(PRECISION_SECTIONS), default="fp32", help="the config's bf16/fp16 section on"

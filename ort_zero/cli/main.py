@@ -17,6 +17,7 @@ COMMANDS = {
     "compare": "compare a PyTorch run with an ORT run (losses, activations)",
     "converge": "train the same job in PyTorch and in ORT and check the loss curves agree",
     "deepspeed-tests": "run DeepSpeed's own unit tests natively and with ort_zero's hooks; print what differs",
+    "configs": "list the DeepSpeed and accelerate configs ort_zero ships, or copy them to edit",
     "universal-checkpoint": "convert a ZeRO-3 checkpoint so that it resumes on another number of ranks",
 }
 

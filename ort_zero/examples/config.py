@@ -19,7 +19,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Parse the JSON file at `path` into a dict; ConfigError if it is missing, unreadable or not a JSON object."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"DeepSpeed config not found: {path}")
+        raise ConfigError(f"DeepSpeed config not found: {path} (`ort-zero configs` lists the ones ort_zero ships)")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:

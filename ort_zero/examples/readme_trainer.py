@@ -15,13 +15,14 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForCausalLM, TrainingArguments
 
+from ort_zero import configs
 from ort_zero.data import CorpusWindows, load_corpus
 from ort_zero.distributed import init_distributed
 from ort_zero.examples.train_hf import collate
 from ort_zero.integrations.hf_trainer import ORTZeroTrainer as Trainer
 from ort_zero.ort.inspection import ort_run_record
 
-CONFIG = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3_hf_auto.json"
+CONFIG = "zero3_hf_auto.json"  # shipped with ort_zero (`configs`)
 SEQ_LEN = 32
 
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ort_zero.examples.readme_trainer", description=__doc__)
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--max-steps", type=int, default=3)
-    parser.add_argument("--deepspeed", type=Path, default=CONFIG)
+    parser.add_argument("--deepspeed", type=configs.resolve, default=CONFIG)  # a string default goes through `type`
     args = parser.parse_args(argv)
 
     rank, _ = init_distributed()  # on CPU: DeepSpeed's process group (accelerate starts only torch's there)

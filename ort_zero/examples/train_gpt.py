@@ -32,7 +32,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 import ort_zero
-from ort_zero import settings
+from ort_zero import configs, settings
 from ort_zero.data import load_corpus, sample_batch
 from ort_zero.disk_space import NotEnoughSpace, deepspeed_checkpoint_bytes, require_space
 from ort_zero.distributed import shut_down_distributed
@@ -146,7 +146,12 @@ def step_seed(seed: int, step: int, rank: int) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ort_zero.examples.train_gpt", description=__doc__.split("\n")[0])
-    parser.add_argument("--deepspeed_config", type=Path, required=True, help="DeepSpeed JSON config")
+    parser.add_argument(
+        "--deepspeed_config",
+        type=configs.resolve,
+        required=True,
+        help="DeepSpeed JSON config (a file, or the name of one ort_zero ships: `ort-zero configs`)",
+    )
     parser.add_argument(
         "--ort",
         action=argparse.BooleanOptionalAction,

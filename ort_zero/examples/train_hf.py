@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from deepspeed.accelerator import get_accelerator
 
+from ort_zero import configs
 from ort_zero.data import CorpusWindows, load_corpus
 from ort_zero.disk_space import NotEnoughSpace
 from ort_zero.distributed import shut_down_distributed
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model-type", default="llama", help="a causal LM type (llama, gpt2, ...)")
     parser.add_argument(
         "--deepspeed",
-        type=Path,
+        type=configs.resolve,
         default=None,
         help="DeepSpeed ZeRO-3 config; 'auto' values allowed (not needed under accelerate's DeepSpeed plugin)",
     )

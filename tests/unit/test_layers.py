@@ -12,7 +12,7 @@ import ort_zero
 
 PACKAGE = Path(ort_zero.__file__).parent
 LAYERS = [  # lowest first; a room imports its own layer's rooms or lower ones, never higher
-    {"foreign", "python_op", "settings", "patching", "declaration", "restarts"},
+    {"foreign", "python_op", "settings", "patching", "declaration", "restarts", "configs"},
     {"hooks", "stack"},
     {"zero3"},
     {"ort"},
