@@ -54,6 +54,12 @@ def batch_seed(seed: int, step: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """Torch's seed for one micro-step on one rank: dropout differs between ranks and steps, never between runs."""
+    digest = hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 def sample_batch(
     seed: int,
     step: int,

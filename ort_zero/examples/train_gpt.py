@@ -12,12 +12,12 @@ mean loss, step time), `args.json` (with --ort, the ORTMODULE_MEMORY_OPT_LEVEL t
 (the ORT sessions and PythonOps that ran, and what ort_zero recomputed). ORT_ZERO_COLLECTIVE_TIMEOUT (seconds,
 default 600) bounds how long a rank waits for the others; a rank that loses contact with another says so and exits 1.
 On SIGTERM every rank saves a checkpoint at the end of the same step (in <output-dir>/checkpoints) and exits 0.
+--record DIR writes each step's loss, whole gradients and parameters there, for `ort-zero compare` (tools.run_record).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 import ort_zero
 from ort_zero import configs, settings
-from ort_zero.data import load_corpus, sample_batch
+from ort_zero.data import load_corpus, sample_batch, step_seed
 from ort_zero.disk_space import NotEnoughSpace, deepspeed_checkpoint_bytes, require_space
 from ort_zero.distributed import shut_down_distributed
 from ort_zero.examples.config import ConfigError, check_batch, check_zero_stage, load_config
@@ -57,6 +57,7 @@ from ort_zero.examples.resuming import (
 )
 from ort_zero.models import GPT, GPTConfig
 from ort_zero.sigterm import StopRequest
+from ort_zero.tools.run_record import record_engine
 
 FALLBACK_ENV = "ORTMODULE_FALLBACK_POLICY"
 
@@ -138,20 +139,9 @@ class Trainer:
         return None
 
 
-def step_seed(seed: int, step: int, rank: int) -> int:
-    """Torch's seed for one micro-step on one rank: dropout differs between ranks and steps, never between runs."""
-    digest = hashlib.blake2b(f"{seed}:{step}:{rank}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ort_zero.examples.train_gpt", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--deepspeed_config",
-        type=configs.resolve,
-        required=True,
-        help="DeepSpeed JSON config (a file, or the name of one ort_zero ships: `ort-zero configs`)",
-    )
+    parser.add_argument("--deepspeed_config", type=configs.resolve, required=True, help="DeepSpeed JSON config")
     parser.add_argument(
         "--ort",
         action=argparse.BooleanOptionalAction,
@@ -177,6 +167,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "layer-wise recompute takes its place: set ORTMODULE_MEMORY_OPT_LEVEL=1 or 2)",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_gpt"))
+    parser.add_argument("--record", type=Path, help="record each step here (ort-zero compare RUN_A RUN_B)")
     parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps and at the end (0: never)")
     add_resume_argument(parser)
     parser.add_argument("--local_rank", type=int, default=None, help="passed by the deepspeed launcher; unused")
@@ -279,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer: Trainer | None = None
     try:
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        if args.record is not None:
+            record_engine(engine, args.record)
         trainer = Trainer(engine=engine, args=args, rank=rank, world_size=world_size, corpus=load_corpus())
         start = trainer.resume() if args.resume else 0
         with StopRequest() as stop:  # SIGTERM noted, not fatal: run() saves and stops where every rank agrees

@@ -43,6 +43,7 @@ from ort_zero.examples.resuming import add_resume_argument, trainer_checkpoint, 
 from ort_zero.examples.step_losses import StepLosses
 from ort_zero.foreign.transformers import attention_implementation
 from ort_zero.integrations import preemption
+from ort_zero.tools.run_record import record_trainer
 
 EVAL_WINDOWS = 16
 
@@ -58,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps in total (a resumed run included)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/train_hf"))
+    parser.add_argument("--record", type=Path, help="record each step here (ort-zero compare RUN_A RUN_B)")
     parser.add_argument("--no-ort", dest="ort", action="store_false", help="transformers.Trainer in PyTorch")
     parser.add_argument("--lora", action="store_true", help="train PEFT LoRA adapters; the base model stays frozen")
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
@@ -205,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train_hf: error (rank {rank}): {error}", file=sys.stderr)
         return 2
     trainer.step_losses = step_losses
+    if args.record is not None:
+        record_trainer(trainer, args.record)
     preemption.stop_on_sigterm(trainer)  # ORTZeroTrainer has it already; transformers.Trainer's JIT callback replaced
     if rank == 0:
         args.output_dir.mkdir(parents=True, exist_ok=True)

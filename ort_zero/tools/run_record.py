@@ -1,0 +1,159 @@
+"""Record what a DeepSpeed run's optimizer sees, step by step, so that any two runs can be compared.
+
+Two runs of one model and data that differ in ZeRO stage, world size (gradient accumulation making up the global
+batch), precision or backend part somewhere; `ort-zero compare` finds where from two such records. Per optimizer step
+every rank takes part (the gathers are collectives) and rank 0 writes one line of `steps.jsonl`:
+- the loss, averaged over the step's micro-batches and the ranks, and the grad norm DeepSpeed computed;
+- each trainable parameter's gradient, whole, as the optimizer is about to use it (before clipping; gathered across
+  ranks and ZeRO partitions by DeepSpeed's `safe_get_full_grad`);
+- each parameter after the step, whole (DeepSpeed's master weights, `safe_get_full_fp32_param`).
+Tensors are kept as statistics (`hooks.statistics.tensor_statistics`), in the model's parameter order. `record.json`
+says what the run was (parameters and shapes, ZeRO stage, ranks, accumulation, precision, backend).
+
+`record_engine(engine, output_dir)` after `deepspeed.initialize` (or on the engine `accelerator.prepare` returns);
+`record_trainer(trainer, output_dir)` before a transformers or TRL Trainer trains. Off, nothing is wrapped: no cost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_grad
+
+from ..hooks.statistics import tensor_statistics
+from .record_comparison import RECORD, STEPS
+
+WRAPPER_PREFIXES = ("_original_module.", "module.")  # ORTModule's and DDP's names around the user's model
+
+
+def parameter_name(name: str) -> str:
+    """The user's model's name of a parameter, whatever wraps the model (ORTModule, an engine)."""
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in WRAPPER_PREFIXES:
+            if name.startswith(prefix):
+                name, stripped = name[len(prefix) :], True
+    return name
+
+
+def precision_of(engine: Any) -> str:
+    if engine.bfloat16_enabled():
+        return "bf16"
+    return "fp16" if engine.fp16_enabled() else "fp32"
+
+
+def backend_of(engine: Any) -> str:
+    module = engine.module
+    return "ort" if type(module).__name__ == "ORTModule" else "pytorch"
+
+
+class EngineRecorder:
+    """Wraps one engine's `backward` (the loss) and its optimizer's `step` (gradients before, parameters after)."""
+
+    def __init__(self, engine: Any, output_dir: Path) -> None:
+        self.engine = engine
+        self.output_dir = Path(output_dir)
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.parameters = [(parameter_name(n), p) for n, p in engine.module.named_parameters() if p.requires_grad]
+        self.losses: list[float] = []
+        self.step = 0
+
+    def install(self) -> EngineRecorder:
+        engine, optimizer = self.engine, self.engine.optimizer
+        engine.backward = self._noting_the_loss(engine.backward)
+        optimizer.step = self._recording_around(optimizer.step)
+        if self.rank == 0:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / RECORD).write_text(json.dumps(self.describe(), indent=1) + "\n")
+            (self.output_dir / STEPS).write_text("")
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        engine = self.engine
+        return {
+            "parameters": [[name, list(_full_shape(p))] for name, p in self.parameters],
+            "zero_stage": engine.zero_optimization_stage(),
+            "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
+            "train_batch_size": engine.train_batch_size(),
+            "precision": precision_of(engine),
+            "backend": backend_of(engine),
+        }
+
+    def _noting_the_loss(self, backward: Callable[..., Any]) -> Callable[..., Any]:
+        def noted(loss: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            self.losses.append(float(loss.detach().float().item()))
+            return backward(loss, *args, **kwargs)
+
+        return noted
+
+    def _recording_around(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            grads = {name: _statistics(safe_get_full_grad(p)) for name, p in self.parameters}
+            result = step(*args, **kwargs)
+            params = {name: _statistics(_full_parameter(p)) for name, p in self.parameters}
+            self._write(grads, params)
+            return result
+
+        return recorded
+
+    def _write(self, grads: dict[str, Any], params: dict[str, Any]) -> None:
+        loss = torch.tensor([sum(self.losses), len(self.losses)], dtype=torch.float64)
+        if dist.is_initialized():
+            dist.all_reduce(loss)
+        self.losses = []
+        if self.rank == 0:
+            norm = getattr(self.engine.optimizer, "_global_grad_norm", None)  # the engine reads it after the step
+            line = {
+                "step": self.step,
+                "loss": loss[0].item() / max(loss[1].item(), 1.0),
+                "grad_norm": None if norm is None else float(norm),
+                "grads": grads,
+                "params": params,
+            }
+            with (self.output_dir / STEPS).open("a") as steps:
+                steps.write(json.dumps(line) + "\n")
+        self.step += 1
+
+
+def _full_shape(param: torch.Tensor) -> tuple[int, ...]:
+    return tuple(getattr(param, "ds_shape", None) or param.shape)
+
+
+def _full_parameter(param: torch.Tensor) -> torch.Tensor:
+    """The whole parameter after the step: DeepSpeed's master weights where it keeps them, else the parameter."""
+    full = safe_get_full_fp32_param(param)
+    return param.detach() if full is None else full
+
+
+def _statistics(tensor: torch.Tensor | None) -> dict[str, Any] | None:
+    return None if tensor is None else tensor_statistics(tensor.detach().float().cpu())
+
+
+def record_engine(engine: Any, output_dir: str | Path) -> EngineRecorder:
+    """Record `engine`'s steps into `output_dir` (call on every rank, after `deepspeed.initialize`)."""
+    return EngineRecorder(engine, Path(output_dir)).install()
+
+
+def record_trainer(trainer: Any, output_dir: str | Path) -> None:
+    """Record a transformers (or TRL) Trainer's DeepSpeed steps into `output_dir`: call before `trainer.train()`, on
+    every rank. The engine exists only once training begins, so a callback attaches the recorder then."""
+    from transformers import TrainerCallback
+
+    class AttachRecorder(TrainerCallback):
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            engine = trainer.model_wrapped
+            if not hasattr(engine, "zero_optimization_stage"):
+                raise ValueError(
+                    f"record_trainer records DeepSpeed runs; this Trainer trains a {type(engine).__name__}: "
+                    "give it a DeepSpeed config (TrainingArguments(deepspeed=...))"
+                )
+            record_engine(engine, output_dir)
+
+    trainer.add_callback(AttachRecorder())

@@ -1,0 +1,59 @@
+"""train_gpt with one planted fault, for the run record's tests (PyTorch paths only: the hooks sit on torch modules).
+
+PLANT=grad:<block>:<step>:<factor>  the gradient flowing into GPT block <block> scaled by <factor> from optimizer
+                                    step <step> on (every rank)
+PLANT=update:<rank>:<step>          rank <rank>'s learning rate 0 at optimizer step <step>: its share not updated
+Arguments are train_gpt's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+
+from ort_zero.examples import train_gpt
+
+KIND, *FIELDS = os.environ["PLANT"].split(":")
+_build_model = train_gpt.build_model
+_step = train_gpt.Trainer.step
+
+
+def with_scaled_gradient(args: Any) -> torch.nn.Module:
+    model = _build_model(args)
+    block, first, factor = int(FIELDS[0]), int(FIELDS[1]), float(FIELDS[2])
+    backwards = [0]  # one backward per optimizer step (no accumulation in these runs)
+
+    def scale(module: torch.nn.Module, grad_output: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...] | None:
+        backwards[0] += 1
+        return tuple(g * factor for g in grad_output) if backwards[0] > first else None
+
+    model.blocks[block].register_full_backward_pre_hook(scale)
+    return model
+
+
+def step_losing_an_update(self: train_gpt.Trainer, step: int) -> float:
+    rank, lost = int(FIELDS[0]), int(FIELDS[1])
+    groups = self.engine.optimizer.param_groups
+    kept = [group["lr"] for group in groups]
+    if step == lost and self.rank == rank:
+        for group in groups:
+            group["lr"] = 0.0
+    try:
+        return _step(self, step)
+    finally:
+        for group, lr in zip(groups, kept, strict=True):
+            group["lr"] = lr
+
+
+if KIND == "grad":
+    train_gpt.build_model = with_scaled_gradient
+elif KIND == "update":
+    train_gpt.Trainer.step = step_losing_an_update
+else:
+    raise SystemExit(f"planted_faults: unknown PLANT {os.environ['PLANT']!r}")
+
+if __name__ == "__main__":
+    sys.exit(train_gpt.main())
