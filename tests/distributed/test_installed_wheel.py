@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -31,8 +32,12 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding ort_zero's wheel and a path to this venv's stack; its bin folder."""
     base = tmp_path_factory.mktemp("wheel")
+    source = base / "source"  # setuptools writes build/ where it builds: not into the checkout
+    shutil.copytree(ROOT / "ort_zero", source / "ort_zero", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "README.md"):
+        shutil.copyfile(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip"]
-    _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(base / "dist"), str(ROOT)], base)
+    _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(base / "dist"), str(source)], base)
     (wheel,) = (base / "dist").glob("ort_zero-*.whl")
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], base)
