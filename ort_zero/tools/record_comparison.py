@@ -57,6 +57,7 @@ class Comparison:
     steps: list[int]
     parting: Parting | None
     by_layer: dict[str, list[float]] = field(default_factory=dict)  # per step, the largest gradient difference
+    activations: bool = False  # whether the forward was compared module by module
 
 
 def load(path: Path) -> Record:
@@ -115,6 +116,7 @@ def compare(a: Record, b: Record, tolerance: float | None = None) -> Comparison:
     steps = comparable(a, b)
     given = tolerance is not None
     comparison = Comparison(a, b, tolerance if given else tolerance_for(a, b), given, steps, None)
+    comparison.activations = same_micro_batches(a, b)
     names = [name for name, _ in a.run["parameters"]]
     for name in names:
         comparison.by_layer.setdefault(layer_of(name), [])
@@ -124,8 +126,27 @@ def compare(a: Record, b: Record, tolerance: float | None = None) -> Comparison:
         for layer, series in comparison.by_layer.items():
             series.append(max(d for name, d in grads.items() if layer_of(name) == layer))
         if comparison.parting is None:
-            comparison.parting = _first_parting(step, x, y, grads, names, comparison.tolerance)
+            forward = _first_activation(step, x, y, comparison.tolerance) if comparison.activations else None
+            comparison.parting = forward or _first_parting(step, x, y, grads, names, comparison.tolerance)
     return comparison
+
+
+def same_micro_batches(a: Record, b: Record) -> bool:
+    """Whether rank 0's first micro-batch of a step is the same in both runs, so their module outputs compare: the
+    same ranks and accumulation, both recorded (a PyTorch run; ORT runs its graph, not the modules)."""
+    keys = ("world_size", "gradient_accumulation_steps")
+    recorded = all(r.steps[min(r.steps)].get("activations") for r in (a, b))
+    return recorded and all(a.run[key] == b.run[key] for key in keys)
+
+
+def _first_activation(step: int, x: dict[str, Any], y: dict[str, Any], tolerance: float) -> Parting | None:
+    """The first module output, in the forward order of run A, that differs beyond `tolerance`."""
+    for name, stats in x["activations"].items():
+        if name in y["activations"]:
+            gap = difference(stats, y["activations"][name])
+            if not gap <= tolerance:
+                return Parting(step, FORWARD, name, layer_of(name.rpartition("/")[0]), gap)
+    return None
 
 
 def _first_parting(

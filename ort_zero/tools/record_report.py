@@ -7,6 +7,9 @@ from pathlib import Path
 
 from .record_comparison import Comparison
 
+FORWARD_BY_MODULE = "module by module (rank 0's first micro-batch of each step)"
+FORWARD_BY_LOSS = "by the loss (module outputs need both runs in PyTorch, with the same ranks and accumulation)"
+
 
 def describe_run(run: dict) -> str:
     return (
@@ -37,6 +40,7 @@ def markdown(comparison: Comparison, plot: Path | None) -> str:
         f"- tolerance: {comparison.tolerance:g}, relative to each tensor's scale ("
         + ("given" if comparison.given else f"from the precisions, {a.run['precision']} and {b.run['precision']}")
         + ")",
+        f"- the forward: {FORWARD_BY_MODULE if comparison.activations else FORWARD_BY_LOSS}",
         f"- verdict: {verdict_line(comparison).removeprefix('[compare] ')}",
         "",
         "| step | loss A | loss B | largest gradient difference | its layer |",

@@ -6,7 +6,8 @@ every rank takes part (the gathers are collectives) and rank 0 writes one line o
 - the loss, averaged over the step's micro-batches and the ranks, and the grad norm DeepSpeed computed;
 - each trainable parameter's gradient, whole, as the optimizer is about to use it (before clipping; gathered across
   ranks and ZeRO partitions by DeepSpeed's `safe_get_full_grad`);
-- each parameter after the step, whole (DeepSpeed's master weights, `safe_get_full_fp32_param`).
+- each parameter after the step, whole (DeepSpeed's master weights, `safe_get_full_fp32_param`);
+- in a PyTorch run, every module's outputs in rank 0's first forward of the step (ORT runs its graph, not them).
 Tensors are kept as statistics (`hooks.statistics.tensor_statistics`), in the model's parameter order. `record.json`
 says what the run was (parameters and shapes, ZeRO stage, ranks, accumulation, precision, backend).
 
@@ -25,7 +26,8 @@ import torch
 import torch.distributed as dist
 from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_grad
 
-from ..hooks.statistics import tensor_statistics
+from ..hooks.nested import flatten
+from ..hooks.statistics import ROOT_NAME, tensor_statistics
 from .record_comparison import RECORD, STEPS
 
 WRAPPER_PREFIXES = ("_original_module.", "module.")  # ORTModule's and DDP's names around the user's model
@@ -62,12 +64,16 @@ class EngineRecorder:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.parameters = [(parameter_name(n), p) for n, p in engine.module.named_parameters() if p.requires_grad]
         self.losses: list[float] = []
+        self.activations: dict[str, Any] | None = None  # the step's first forward on this rank, module by module
         self.step = 0
 
     def install(self) -> EngineRecorder:
         engine, optimizer = self.engine, self.engine.optimizer
         engine.backward = self._noting_the_loss(engine.backward)
         optimizer.step = self._recording_around(optimizer.step)
+        if self.rank == 0 and backend_of(engine) == "pytorch":  # ORT runs its graph, not these modules' forwards
+            for name, module in engine.module.named_modules():
+                module.register_forward_hook(self._activation_recorder(parameter_name(name) or ROOT_NAME))
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / RECORD).write_text(json.dumps(self.describe(), indent=1) + "\n")
@@ -85,6 +91,23 @@ class EngineRecorder:
             "precision": precision_of(engine),
             "backend": backend_of(engine),
         }
+
+    def _activation_recorder(self, name: str) -> Callable[..., None]:
+        """A forward hook keeping the statistics of a module's output tensors in the step's first forward (the same
+        micro-batch in runs of the same ranks and accumulation)."""
+
+        def record(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+            if not torch.is_grad_enabled():
+                return  # an evaluation, or a recompute in the backward
+            if self.activations is None:
+                self.activations = {}
+            elif self.losses:
+                return  # a later micro-batch of the step
+            for index, tensor in enumerate(flatten(output).tensors):
+                if tensor.is_floating_point():
+                    self.activations[f"{name}/output_{index}"] = _statistics(tensor)
+
+        return record
 
     def _noting_the_loss(self, backward: Callable[..., Any]) -> Callable[..., Any]:
         def noted(loss: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -114,11 +137,13 @@ class EngineRecorder:
                 "step": self.step,
                 "loss": loss[0].item() / max(loss[1].item(), 1.0),
                 "grad_norm": None if norm is None else float(norm),
+                "activations": self.activations,
                 "grads": grads,
                 "params": params,
             }
             with (self.output_dir / STEPS).open("a") as steps:
                 steps.write(json.dumps(line) + "\n")
+        self.activations = None
         self.step += 1
 
 

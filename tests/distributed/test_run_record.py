@@ -96,6 +96,12 @@ def test_a_gradient_scaled_in_one_layer_is_found_at_its_step_and_layer(runs: Pat
     assert code == 1 and f"PART at step {PLANT_STEP}, in the backward" in said and "(layer blocks.1)" in said, said
 
 
+def test_an_activation_perturbed_in_one_layer_is_found_in_that_steps_forward(runs: Path, zero3: Path) -> None:
+    planted = record(runs, "act", "--native", plant=f"act:1:{PLANT_STEP}:1.01")
+    code, said = compare(zero3, planted)
+    assert code == 1 and f"PART at step {PLANT_STEP}, in the forward: blocks.1/output_0 (layer blocks.1)" in said, said
+
+
 def test_an_update_lost_on_one_rank_is_found_in_that_steps_optimizer_step(runs: Path, zero3: Path) -> None:
     planted = record(runs, "update", "--native", plant=f"update:1:{PLANT_STEP}")
     code, said = compare(zero3, planted)

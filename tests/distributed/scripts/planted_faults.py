@@ -2,6 +2,7 @@
 
 PLANT=grad:<block>:<step>:<factor>  the gradient flowing into GPT block <block> scaled by <factor> from optimizer
                                     step <step> on (every rank)
+PLANT=act:<block>:<step>:<factor>   GPT block <block>'s output scaled by <factor> in optimizer step <step>'s forward
 PLANT=update:<rank>:<step>          rank <rank>'s learning rate 0 at optimizer step <step>: its share not updated
 Arguments are train_gpt's.
 """
@@ -34,6 +35,19 @@ def with_scaled_gradient(args: Any) -> torch.nn.Module:
     return model
 
 
+def with_a_perturbed_activation(args: Any) -> torch.nn.Module:
+    model = _build_model(args)
+    block, step, factor = int(FIELDS[0]), int(FIELDS[1]), float(FIELDS[2])
+    forwards = [0]  # one forward per optimizer step (no accumulation in these runs)
+
+    def perturb(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor | None:
+        forwards[0] += 1
+        return output * factor if forwards[0] == step + 1 else None
+
+    model.blocks[block].register_forward_hook(perturb)
+    return model
+
+
 def step_losing_an_update(self: train_gpt.Trainer, step: int) -> float:
     rank, lost = int(FIELDS[0]), int(FIELDS[1])
     groups = self.engine.optimizer.param_groups
@@ -50,6 +64,8 @@ def step_losing_an_update(self: train_gpt.Trainer, step: int) -> float:
 
 if KIND == "grad":
     train_gpt.build_model = with_scaled_gradient
+elif KIND == "act":
+    train_gpt.build_model = with_a_perturbed_activation
 elif KIND == "update":
     train_gpt.Trainer.step = step_losing_an_update
 else:

@@ -12,6 +12,7 @@ from ort_zero.tools import record_comparison as rc
 from ort_zero.tools.record_comparison import RECORD, STEPS
 
 NAMES = ["embed.weight", "blocks.0.mlp.weight", "blocks.1.mlp.weight", "head.weight"]
+MODULES = ["embed/output_0", "blocks.0/output_0", "blocks.1/output_0", "head/output_0"]
 
 
 def stats(scale: float) -> dict[str, float]:
@@ -19,19 +20,19 @@ def stats(scale: float) -> dict[str, float]:
 
 
 def write(path: Path, *, precision: str = "fp32", steps: int = 4, names: list[str] = NAMES, batch: int = 8,
-          change: dict[tuple[int, str, str], float] | None = None) -> rc.Record:  # fmt: skip
-    """A record whose every tensor has the same statistics, but for `change`: (step, "grads"/"params"/"loss",
-    name) -> factor."""
+          world_size: int = 2, change: dict[tuple[int, str, str], float] | None = None) -> rc.Record:  # fmt: skip
+    """A record whose every tensor has the same statistics, but for `change`: (step, "activations"/"grads"/
+    "params"/"loss", name) -> factor."""
     change = change or {}
     path.mkdir(parents=True)
-    run = {"parameters": [[n, [4, 4]] for n in names], "zero_stage": 3, "world_size": 2, "backend": "pytorch",
+    run = {"parameters": [[n, [4, 4]] for n in names], "zero_stage": 3, "world_size": world_size, "backend": "pytorch",
            "gradient_accumulation_steps": 1, "train_batch_size": batch, "precision": precision}  # fmt: skip
     (path / RECORD).write_text(json.dumps(run))
     lines = []
     for step in range(steps):
         entry = {"step": step, "loss": 2.0 * change.get((step, "loss", ""), 1.0), "grad_norm": 1.0}
-        for kind in ("grads", "params"):
-            entry[kind] = {n: stats(change.get((step, kind, n), 1.0)) for n in names}
+        for kind, keys in (("activations", MODULES), ("grads", names), ("params", names)):
+            entry[kind] = {n: stats(change.get((step, kind, n), 1.0)) for n in keys}
         lines.append(json.dumps(entry))
     (path / STEPS).write_text("\n".join(lines) + "\n")
     return rc.load(path)
@@ -94,3 +95,17 @@ def test_a_folder_without_a_record_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "layer"), [("blocks.1.attn.qkv.weight", "blocks.1"), ("head.weight", "head")])
 def test_a_parameters_layer(name: str, layer: str) -> None:
     assert rc.layer_of(name) == layer
+
+
+def test_an_activation_perturbed_in_one_layer_is_found_in_its_forward(tmp_path: Path) -> None:
+    """Everything after blocks.1 in the forward, and every gradient, follows the perturbation: the forward names it."""
+    later = {(2, "activations", m): 1.01 for m in MODULES[2:]} | {(2, "grads", n): 1.5 for n in NAMES}
+    comparison = rc.compare(write(tmp_path / "a"), write(tmp_path / "b", change=later))
+    assert (comparison.parting.step, comparison.parting.part, comparison.parting.layer) == (2, rc.FORWARD, "blocks.1")
+
+
+def test_module_outputs_of_other_micro_batches_are_not_compared(tmp_path: Path) -> None:
+    """1 rank and 2 ranks: rank 0's first micro-batch need not be the same; the gradients still are compared."""
+    later = {(2, "activations", "blocks.1/output_0"): 1.5}
+    comparison = rc.compare(write(tmp_path / "a"), write(tmp_path / "b", world_size=1, change=later))
+    assert not comparison.activations and comparison.parting is None
