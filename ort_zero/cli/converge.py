@@ -29,6 +29,7 @@ from typing import IO
 from ort_zero import configs, settings
 from ort_zero.cli.curves import SPREAD_FACTOR, Curve, Verdict, compare, read_curve, within_own_spread
 from ort_zero.examples.config import ConfigError, load_and_check
+from ort_zero.tools import record_comparison, record_report
 from ort_zero.tools.process_tree import TaggedProcessTree, free_port
 from ort_zero.tools.recompute_summary import describe_recompute, recompute_applied
 
@@ -104,16 +105,29 @@ def run(args: argparse.Namespace) -> int:
         spread = compare(curves["pytorch"], curves[REORDERED], args.rtol)
         verdict = within_own_spread(verdict, spread, args.precision, other_thread_count())
     recompute = recompute_line(args.memory_opt_level, args.output_dir / "ort" / "ort.json")
+    parting = records_line(args.output_dir)
     report = args.output_dir / "report.md"
-    report.write_text(render_report(curves, verdict, args, recompute))
+    report.write_text(render_report(curves, verdict, args, recompute, parting))
     plot(curves, args.output_dir / "losses.png")
     print(f"[converge] {recompute}")
+    print(parting)
     print(verdict.summary)
     print(f"[converge] report: {report}")
     return 0 if verdict.agree else 1
 
 
 REORDERED = "pytorch_reordered"
+RECORD_DIR = "record"  # each run's record (tools.run_record), compared as `ort-zero compare` does
+
+
+def records_line(output_dir: Path) -> str:
+    """Where the two runs' records first part beyond their precision's tolerance: the step, phase and layer."""
+    try:
+        a, b = (record_comparison.load(output_dir / name / RECORD_DIR) for name in ("pytorch", "ort"))
+        verdict = record_report.verdict_line(record_comparison.compare(a, b))
+    except record_comparison.RecordError as error:
+        return f"[converge] records: not compared ({error})"
+    return verdict.replace("[compare]", "[converge] records:")
 
 
 def runs(precision: str) -> list[tuple[str, str, int | None]]:
@@ -135,6 +149,7 @@ def _train(args: argparse.Namespace, flag: str, run_dir: Path, threads: int | No
         "-m", "ort_zero.examples.train_gpt", flag,
         "--deepspeed_config", str(args.run_config), "--steps", str(args.steps),
         "--seq-len", str(args.seq_len), "--seed", str(args.seed), "--output-dir", str(run_dir),
+        "--record", str(run_dir / RECORD_DIR),
         *[a for a in args.train_args if a != "--"],
     ]  # fmt: skip
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +217,9 @@ def tolerance_said(args: argparse.Namespace) -> str:
     return said
 
 
-def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Namespace, recompute: str) -> str:
+def render_report(
+    curves: dict[str, Curve], verdict: Verdict, args: argparse.Namespace, recompute: str, parting: str
+) -> str:
     torch_curve, ort_curve, reordered = curves["pytorch"], curves["ort"], curves.get(REORDERED)
     median = {name: sorted(c.times_ms)[len(c.times_ms) // 2] for name, c in curves.items()}
     lines = [
@@ -218,6 +235,8 @@ def render_report(curves: dict[str, Curve], verdict: Verdict, args: argparse.Nam
         f"- verdict: **{'agree' if verdict.agree else 'diverge'}** ({tolerance_said(args)})",
         f"- max |loss difference|: {verdict.max_abs_diff:.3g}; max relative: {verdict.max_rel_diff:.3g}",
         f"- first step beyond tolerance: {verdict.first_divergence if verdict.first_divergence is not None else '-'}",
+        f"- {parting.removeprefix('[converge] ')} (gradients and parameters step by step: `ort-zero compare "
+        f"pytorch/{RECORD_DIR} ort/{RECORD_DIR}`)",
         *([] if reordered is None else [spread_said(args.precision), f"- {verdict.summary.split('] ', 1)[1]}"]),
         *([] if verdict.agree else [DIVERGENCE_HINT]),
         f"- median step time: PyTorch {median['pytorch']:.1f} ms, ORT {median['ort']:.1f} ms",

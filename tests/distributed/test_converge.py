@@ -24,6 +24,7 @@ def test_converge_agrees_and_writes_its_report_and_plot(tmp_path: Path) -> None:
     assert "[converge] AGREE" in result.stdout
     report = (tmp_path / "report.md").read_text()
     assert "verdict: **agree**" in report
+    assert f"- records: AGREE over {STEPS} steps" in report  # the runs' records, step by step, as compare reads them
     rows = [line for line in report.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
     assert [int(row.split("|")[1]) for row in rows] == list(range(STEPS))
     assert (tmp_path / "losses.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
