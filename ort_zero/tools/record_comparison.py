@@ -85,6 +85,14 @@ def comparable(a: Record, b: Record) -> list[int]:
     steps = sorted(set(a.steps) & set(b.steps))
     if not steps:
         raise RecordError(f"no step recorded in both: {sorted(a.steps)} in {a.path}, {sorted(b.steps)} in {b.path}")
+    for step in steps:
+        x, y = a.steps[step].get("samples"), b.steps[step].get("samples")
+        if x is not None and y is not None and x != y:
+            shared = len(set(x) & set(y))
+            raise RecordError(
+                f"the runs trained on other data: step {step}'s samples differ ({shared} of {len(x)} in both; "
+                "another seed, dataset or shuffling)"
+            )
     return steps
 
 

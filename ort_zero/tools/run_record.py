@@ -17,6 +17,7 @@ says what the run was (parameters and shapes, ZeRO stage, ranks, accumulation, p
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -65,11 +66,13 @@ class EngineRecorder:
         self.parameters = [(parameter_name(n), p) for n, p in engine.module.named_parameters() if p.requires_grad]
         self.losses: list[float] = []
         self.activations: dict[str, Any] | None = None  # the step's first forward on this rank, module by module
+        self.samples: list[str] = []  # a digest of each sample this rank trained on in the step
         self.step = 0
 
     def install(self) -> EngineRecorder:
         engine, optimizer = self.engine, self.engine.optimizer
         engine.backward = self._noting_the_loss(engine.backward)
+        engine.forward = self._noting_the_samples(engine.forward)
         optimizer.step = self._recording_around(optimizer.step)
         if self.rank == 0 and backend_of(engine) == "pytorch":  # ORT runs its graph, not these modules' forwards
             for name, module in engine.module.named_modules():
@@ -109,6 +112,16 @@ class EngineRecorder:
 
         return record
 
+    def _noting_the_samples(self, forward: Callable[..., Any]) -> Callable[..., Any]:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            tokens = _model_input(args, kwargs)
+            if tokens is not None and torch.is_grad_enabled():  # not an evaluation
+                rows = tokens.detach().cpu().reshape(tokens.shape[0], -1)
+                self.samples += [hashlib.blake2b(row.numpy().tobytes(), digest_size=6).hexdigest() for row in rows]
+            return forward(*args, **kwargs)
+
+        return noted
+
     def _noting_the_loss(self, backward: Callable[..., Any]) -> Callable[..., Any]:
         def noted(loss: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             self.losses.append(float(loss.detach().float().item()))
@@ -131,12 +144,18 @@ class EngineRecorder:
         if dist.is_initialized():
             dist.all_reduce(loss)
         self.losses = []
+        samples = [self.samples]
+        if dist.is_initialized():
+            samples = [[] for _ in range(dist.get_world_size())]
+            dist.all_gather_object(samples, self.samples)
+        self.samples = []
         if self.rank == 0:
             norm = getattr(self.engine.optimizer, "_global_grad_norm", None)  # the engine reads it after the step
             line = {
                 "step": self.step,
                 "loss": loss[0].item() / max(loss[1].item(), 1.0),
                 "grad_norm": None if norm is None else float(norm),
+                "samples": sorted(digest for rank in samples for digest in rank),
                 "activations": self.activations,
                 "grads": grads,
                 "params": params,
@@ -145,6 +164,13 @@ class EngineRecorder:
                 steps.write(json.dumps(line) + "\n")
         self.activations = None
         self.step += 1
+
+
+def _model_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The tensor a forward's samples are told apart by: `input_ids`, else its first tensor argument."""
+    if isinstance(kwargs.get("input_ids"), torch.Tensor):
+        return kwargs["input_ids"]
+    return next((a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor) and a.dim() > 0), None)
 
 
 def _full_shape(param: torch.Tensor) -> tuple[int, ...]:

@@ -43,11 +43,12 @@ def record(tmp: Path, name: str, *mode: str, ds_config: Path = CONFIG, nproc: in
     return tmp / f"{name}_rec"
 
 
-def compare(a: Path, b: Path, *options: str) -> tuple[int, str]:
+def compare(a: Path, b: Path, *options: str, expect_one_line: bool = True) -> tuple[int, str]:
     command = [str(Path(sys.executable).parent / "ort-zero"), "compare", str(a), str(b), *options]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert result.stdout.startswith("[compare]") and not result.stderr, result.stdout + result.stderr  # one line
-    return result.returncode, result.stdout
+    if expect_one_line:  # the verdict, and nothing else on the console
+        assert result.stdout.startswith("[compare]") and not result.stderr, result.stdout + result.stderr
+    return result.returncode, result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +107,12 @@ def test_an_update_lost_on_one_rank_is_found_in_that_steps_optimizer_step(runs: 
     planted = record(runs, "update", "--native", plant=f"update:1:{PLANT_STEP}")
     code, said = compare(zero3, planted)
     assert code == 1 and f"PART at step {PLANT_STEP}, in the optimizer step" in said, said
+
+
+def test_runs_on_other_data_are_refused(runs: Path, zero3: Path) -> None:
+    other = record(runs, "other_seed", "--native", "--seed", "8")  # later on the command line: replaces SMALL's 7
+    code, said = compare(zero3, other, expect_one_line=False)
+    assert code == 2 and "the runs trained on other data: step 0's samples differ (0 of 8 in both" in said, said
 
 
 def test_a_trainer_and_an_ort_zero_trainer_agree(runs: Path) -> None:

@@ -31,6 +31,8 @@ def write(path: Path, *, precision: str = "fp32", steps: int = 4, names: list[st
     lines = []
     for step in range(steps):
         entry = {"step": step, "loss": 2.0 * change.get((step, "loss", ""), 1.0), "grad_norm": 1.0}
+        other = (step, "samples", "") in change  # another seed's samples
+        entry["samples"] = [f"{'other' if other else step}-{i}" for i in range(batch)]
         for kind, keys in (("activations", MODULES), ("grads", names), ("params", names)):
             entry[kind] = {n: stats(change.get((step, kind, n), 1.0)) for n in keys}
         lines.append(json.dumps(entry))
@@ -80,6 +82,7 @@ def test_statistics_near_zero_mean_are_measured_against_the_tensors_scale() -> N
     [
         ({"names": [*NAMES[:3], "lm_head.weight"]}, "other models: head.weight"),
         ({"batch": 16}, "other data: global batches of 8"),
+        ({"change": {(2, "samples", ""): 1.0}}, "other data: step 2's samples differ \\(0 of 8 in both"),
     ],
 )
 def test_runs_that_cannot_be_compared_are_refused_saying_why(tmp_path: Path, other: dict, reason: str) -> None:
