@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="TrainingArguments(bf16=...)")
     parser.add_argument("--deepspeed", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--record", type=Path, help="also record the run (tools.run_record): what recording costs")
     parser.add_argument("--local_rank", type=int, default=None)
     args = parser.parse_args()
 
@@ -206,6 +207,10 @@ def main() -> None:
     clock = StepClock()
     trainer = trainer_class(model=model, args=training_args, train_dataset=dataset, callbacks=[clock])
     rss_before = rss_mib()
+    if args.record is not None:  # imports ort_zero: a native run recorded is no longer free of it
+        from ort_zero.tools.run_record import record_trainer
+
+        record_trainer(trainer, args.record)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     rank = int(os.environ.get("RANK", "0"))

@@ -4,9 +4,9 @@ Two runs of one model and data that differ in ZeRO stage, world size (gradient a
 batch), precision or backend part somewhere; `ort-zero compare` finds where from two such records. Per optimizer step
 every rank takes part (the gathers are collectives) and rank 0 writes one line of `steps.jsonl`:
 - the loss, averaged over the step's micro-batches and the ranks, and the grad norm DeepSpeed computed;
-- each trainable parameter's gradient, whole, as the optimizer is about to use it (before clipping; gathered across
-  ranks and ZeRO partitions by DeepSpeed's `safe_get_full_grad`);
-- each parameter after the step, whole (DeepSpeed's master weights, `safe_get_full_fp32_param`);
+- each trainable parameter's gradient, whole, as the optimizer is about to use it (before clipping; the ranks' ZeRO
+  shares combined, `shared_statistics`);
+- each parameter after the step, whole (DeepSpeed's fp32 master weights, likewise);
 - in a PyTorch run, every module's outputs in rank 0's first forward of the step (ORT runs its graph, not them).
 Tensors are kept as statistics (`hooks.statistics.tensor_statistics`), in the model's parameter order. `record.json`
 says what the run was (parameters and shapes, ZeRO stage, ranks, accumulation, precision, backend).
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_grad
 
 from ..hooks.nested import flatten
 from ..hooks.statistics import ROOT_NAME, tensor_statistics
+from . import shared_statistics
 from .record_comparison import RECORD, STEPS
 
 WRAPPER_PREFIXES = ("_original_module.", "module.")  # ORTModule's and DDP's names around the user's model
@@ -131,13 +131,16 @@ class EngineRecorder:
 
     def _recording_around(self, step: Callable[..., Any]) -> Callable[..., Any]:
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            grads = {name: _statistics(safe_get_full_grad(p)) for name, p in self.parameters}
+            grads = self._combined(shared_statistics.gradient_share)
             result = step(*args, **kwargs)
-            params = {name: _statistics(_full_parameter(p)) for name, p in self.parameters}
-            self._write(grads, params)
+            self._write(grads, self._combined(shared_statistics.parameter_share))
             return result
 
         return recorded
+
+    def _combined(self, share_of: Callable[[torch.Tensor], torch.Tensor | None]) -> dict[str, Any]:
+        statistics = shared_statistics.combined([share_of(param) for _, param in self.parameters])
+        return {name: stats for (name, _), stats in zip(self.parameters, statistics, strict=True)}
 
     def _write(self, grads: dict[str, Any], params: dict[str, Any]) -> None:
         loss = torch.tensor([sum(self.losses), len(self.losses)], dtype=torch.float64)
@@ -175,12 +178,6 @@ def _model_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor 
 
 def _full_shape(param: torch.Tensor) -> tuple[int, ...]:
     return tuple(getattr(param, "ds_shape", None) or param.shape)
-
-
-def _full_parameter(param: torch.Tensor) -> torch.Tensor:
-    """The whole parameter after the step: DeepSpeed's master weights where it keeps them, else the parameter."""
-    full = safe_get_full_fp32_param(param)
-    return param.detach() if full is None else full
 
 
 def _statistics(tensor: torch.Tensor | None) -> dict[str, Any] | None:
