@@ -28,21 +28,9 @@ import torch.distributed as dist
 
 from ..hooks.nested import flatten
 from ..hooks.statistics import ROOT_NAME, tensor_statistics
+from ..ort.export.errors import unwrapped
 from . import shared_statistics
 from .record_comparison import RECORD, STEPS
-
-WRAPPER_PREFIXES = ("_original_module.", "module.")  # ORTModule's and DDP's names around the user's model
-
-
-def parameter_name(name: str) -> str:
-    """The user's model's name of a parameter, whatever wraps the model (ORTModule, an engine)."""
-    stripped = True
-    while stripped:
-        stripped = False
-        for prefix in WRAPPER_PREFIXES:
-            if name.startswith(prefix):
-                name, stripped = name[len(prefix) :], True
-    return name
 
 
 def precision_of(engine: Any) -> str:
@@ -63,7 +51,7 @@ class EngineRecorder:
         self.engine = engine
         self.output_dir = Path(output_dir)
         self.rank = dist.get_rank() if dist.is_initialized() else 0
-        self.parameters = [(parameter_name(n), p) for n, p in engine.module.named_parameters() if p.requires_grad]
+        self.parameters = [(unwrapped(n), p) for n, p in engine.module.named_parameters() if p.requires_grad]
         self.losses: list[float] = []
         self.activations: dict[str, Any] | None = None  # the step's first forward on this rank, module by module
         self.samples: list[str] = []  # a digest of each sample this rank trained on in the step
@@ -76,7 +64,7 @@ class EngineRecorder:
         optimizer.step = self._recording_around(optimizer.step)
         if self.rank == 0 and backend_of(engine) == "pytorch":  # ORT runs its graph, not these modules' forwards
             for name, module in engine.module.named_modules():
-                module.register_forward_hook(self._activation_recorder(parameter_name(name) or ROOT_NAME))
+                module.register_forward_hook(self._activation_recorder(unwrapped(name) or ROOT_NAME))
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / RECORD).write_text(json.dumps(self.describe(), indent=1) + "\n")

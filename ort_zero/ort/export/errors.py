@@ -25,14 +25,19 @@ class ExportFailure(RuntimeError):
     """ORTModule could not export the model; the message names the module and the way out."""
 
 
-def readable(path: str) -> str:
+def unwrapped(path: str) -> str:
+    """A module or parameter path as the user's model names it, without the wrappers' prefixes."""
     stripped = True
     while stripped:
         stripped = False
         for prefix in _WRAPPER_PREFIXES:
             if path.startswith(prefix):
                 path, stripped = path[len(prefix) :], True
-    return path or "<root>"
+    return path
+
+
+def readable(path: str) -> str:
+    return unwrapped(path) or "<root>"
 
 
 @contextlib.contextmanager
