@@ -116,7 +116,9 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="TrainingArguments(bf16=...)")
     parser.add_argument("--deepspeed", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--record", type=Path, help="also record the run (tools.run_record): what recording costs")
+    parser.add_argument(
+        "--record", type=Path, help="also record the run (integrations.run_record): what recording costs"
+    )
     parser.add_argument("--local_rank", type=int, default=None)
     args = parser.parse_args()
 
@@ -208,7 +210,7 @@ def main() -> None:
     trainer = trainer_class(model=model, args=training_args, train_dataset=dataset, callbacks=[clock])
     rss_before = rss_mib()
     if args.record is not None:  # imports ort_zero: a native run recorded is no longer free of it
-        from ort_zero.tools.run_record import record_trainer
+        from ort_zero.integrations.run_record import record_trainer
 
         record_trainer(trainer, args.record)
     trainer.train()

@@ -1,6 +1,6 @@
 """`ort-zero compare RUN_A RUN_B`: where do two runs first differ?
 
-RUN_A and RUN_B are either run records (`ort_zero.tools.run_record`: any DeepSpeed run, any ZeRO stage, world size,
+RUN_A and RUN_B are either run records (`integrations.run_record`: any DeepSpeed run, any ZeRO stage, world size,
 precision or backend; the first step and the forward, backward or optimizer step and layer where they part) or the
 `output_dir`s of `StatisticsSubscriber` in two runs of the same job (the first step and activation in forward order).
 `--output` also writes a Markdown summary (beside it, for records, a plot of each layer's gradient difference).
@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..integrations.record_files import RECORD
 from ..tools.activation_summary import DumpError, compare_runs, format_markdown, format_text, load_run
-from ..tools.record_comparison import RECORD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

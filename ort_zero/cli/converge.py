@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 REORDERED = "pytorch_reordered"
-RECORD_DIR = "record"  # each run's record (tools.run_record), compared as `ort-zero compare` does
+RECORD_DIR = "record"  # each run's record (integrations.run_record), compared as `ort-zero compare` does
 
 
 def records_line(output_dir: Path) -> str:

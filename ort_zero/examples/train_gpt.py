@@ -12,7 +12,7 @@ mean loss, step time), `args.json` (with --ort, the ORTMODULE_MEMORY_OPT_LEVEL t
 (the ORT sessions and PythonOps that ran, and what ort_zero recomputed). ORT_ZERO_COLLECTIVE_TIMEOUT (seconds,
 default 600) bounds how long a rank waits for the others; a rank that loses contact with another says so and exits 1.
 On SIGTERM every rank saves a checkpoint at the end of the same step (in <output-dir>/checkpoints) and exits 0.
---record DIR writes each step's loss, whole gradients and parameters there, for `ort-zero compare` (tools.run_record).
+--record DIR writes each step's loss, gradients and parameters there, for `ort-zero compare` (integrations.run_record).
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ from ort_zero.examples.resuming import (
     readable_tag,
     universal_loading,
 )
+from ort_zero.integrations.run_record import record_engine
 from ort_zero.models import GPT, GPTConfig
 from ort_zero.sigterm import StopRequest
-from ort_zero.tools.run_record import record_engine
 
 FALLBACK_ENV = "ORTMODULE_FALLBACK_POLICY"
 

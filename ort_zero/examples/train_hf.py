@@ -43,7 +43,7 @@ from ort_zero.examples.resuming import add_resume_argument, trainer_checkpoint, 
 from ort_zero.examples.step_losses import StepLosses
 from ort_zero.foreign.transformers import attention_implementation
 from ort_zero.integrations import preemption
-from ort_zero.tools.run_record import record_trainer
+from ort_zero.integrations.run_record import record_trainer
 
 EVAL_WINDOWS = 16
 

@@ -1,5 +1,5 @@
-"""Where two run records (`tools.run_record`) part: the first step, and in it the forward (the loss), the backward (a
-gradient, in backward order) or the optimizer step (a parameter after it), and the layer.
+"""Where two run records (`integrations.run_record`) part: the first step, and in it the forward (a module's output,
+or the loss), the backward (a gradient, in backward order) or the optimizer step (a parameter after it), and the layer.
 
 Tensors are compared by their statistics: the mean, standard deviation and mean magnitude of the two, each
 difference relative to the larger of the two tensors' scales (mean magnitude or deviation), so a near-zero mean does
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RECORD = "record.json"
-STEPS = "steps.jsonl"
+from ..integrations.record_files import RECORD, STEPS
+
 TOLERANCE = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
 """Relative difference of the statistics a run in each precision explains. Measured (tests/distributed/
 test_run_record.py, 4-6 steps): fp32 runs that sum in another order (1 rank with accumulation, ORT) below 1e-6;

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ort_zero.integrations.record_files import RECORD, STEPS
 from ort_zero.tools import record_comparison as rc
-from ort_zero.tools.record_comparison import RECORD, STEPS
 
 NAMES = ["embed.weight", "blocks.0.mlp.weight", "blocks.1.mlp.weight", "head.weight"]
 MODULES = ["embed/output_0", "blocks.0/output_0", "blocks.1/output_0", "head/output_0"]

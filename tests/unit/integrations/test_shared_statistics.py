@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ort_zero.hooks.statistics import tensor_statistics
-from ort_zero.tools import shared_statistics
+from ort_zero.integrations import shared_statistics
 
 
 def test_one_ranks_whole_tensor_gives_the_whole_tensors_statistics() -> None:

@@ -30,7 +30,7 @@ from ..hooks.nested import flatten
 from ..hooks.statistics import ROOT_NAME, tensor_statistics
 from ..ort.export.errors import unwrapped
 from . import shared_statistics
-from .record_comparison import RECORD, STEPS
+from .record_files import RECORD, STEPS
 
 
 def precision_of(engine: Any) -> str:
