@@ -19,6 +19,7 @@ PLANTED = Path(__file__).resolve().parent / "scripts" / "planted_faults.py"
 CONFIG = ROOT / "ds_configs" / "zero3_cpu_fp32.json"
 SMALL = ["--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4", "--seed", "7", "--steps", "6"]
 PLANT_STEP = 3
+ACCELERATE_PLUGIN = ["--use_deepspeed", "--zero_stage", "3", "--num_processes", "2", "--num_machines", "1"]
 
 pytestmark = pytest.mark.extended
 
@@ -126,3 +127,23 @@ def test_a_trainer_and_an_ort_zero_trainer_agree(runs: Path) -> None:
     assert [json.loads((r / "record.json").read_text())["backend"] for r in recorded] == ["pytorch", "ort"]
     code, said = compare(*recorded)
     assert code == 0 and "AGREE over 4 steps" in said, said
+
+
+def test_trl_and_accelerate_runs_in_pytorch_and_ort_agree(runs: Path) -> None:
+    """TRL's SFTTrainer (`record_trainer`) and a plain accelerate loop (`record_engine` on the engine accelerate
+    made), each natively and in ORT."""
+    scripts = Path(__file__).resolve().parent / "scripts"
+    for job in ("trl", "accelerate"):
+        recorded = []
+        for mode in ("native", "ort"):
+            out, rec = runs / f"{job}_{mode}", runs / f"{job}_{mode}_rec"
+            options = ["--out", str(out), "--steps", "4", "--record", str(rec)] + (["--ort"] if mode == "ort" else [])
+            if job == "trl":
+                argv = torchrun_cmd(scripts / "train_trl.py", ["--trainer", "sft", *options], port=free_port())
+            else:
+                launch = [str(Path(sys.executable).parent / "accelerate"), "launch", *ACCELERATE_PLUGIN]
+                argv = [*launch, "--main_process_port", str(free_port()), str(scripts / "accelerate_loop.py"), *options]
+            run_launcher(argv, timeout=400, cwd=ROOT)
+            recorded.append(rec)
+        code, said = compare(*recorded)
+        assert code == 0 and "AGREE over 4 steps" in said, (job, said)

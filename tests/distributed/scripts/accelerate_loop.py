@@ -4,6 +4,8 @@ default (use_cache on). A small LLaMA from config on the stdlib corpus; rank 0 w
 <out>/losses.csv (every step's loss averaged over the ranks) and, in ORT, <out>/ort.json.
 
     accelerate launch --config_file ds_configs/accelerate_zero3_cpu.yaml accelerate_loop.py --out DIR [--ort]
+
+--record DIR records the run (integrations.run_record) on the engine accelerate made.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ort", action="store_true")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--record", type=Path, help="record the run there (integrations.run_record)")
     args = parser.parse_args()
 
     import torch
@@ -50,6 +53,10 @@ def main() -> int:
     windows = CorpusWindows(1234, 4 * args.steps * accelerator.num_processes, 32, load_corpus())
     loader = torch.utils.data.DataLoader(windows, batch_size=2, collate_fn=collate)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    if args.record is not None:  # the engine accelerate made
+        from ort_zero.integrations.run_record import record_engine
+
+        record_engine(model, args.record)
     losses = []
     model.train()
     for _, batch in zip(range(args.steps), loader, strict=False):

@@ -2,7 +2,7 @@
 LLaMA from config, a word-level tokenizer trained in-process on generated sentences (no downloads). Rank 0 writes
 <out>/losses.csv (every optimizer step's loss, over its micro-batches and ranks) and, in ORT, <out>/ort.json.
 
-    torchrun --nproc_per_node 2 train_trl.py --trainer sft|dpo --out DIR [--ort] [--lora] [--steps N]
+    torchrun --nproc_per_node 2 train_trl.py --trainer sft|dpo --out DIR [--ort] [--lora] [--steps N] [--record DIR]
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def main() -> int:
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True): the config's 'auto' follows")
+    parser.add_argument("--record", type=Path, help="record the run there (integrations.run_record)")
     args = parser.parse_args()
 
     import torch
@@ -115,6 +116,10 @@ def main() -> int:
         processing_class=words, callbacks=[step_losses], **extra,
     )  # fmt: skip
     trainer.step_losses = step_losses
+    if args.record is not None:
+        from ort_zero.integrations.run_record import record_trainer
+
+        record_trainer(trainer, args.record)
     trainer.train()
     if rank == 0 and args.ort:
         from ort_zero.ort.inspection import ort_run_record
