@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "ort_zero" / "examples" / "train_gpt.py"
 HF_TRAINER = ROOT / "ort_zero" / "examples" / "train_hf.py"
 PLANTED = Path(__file__).resolve().parent / "scripts" / "planted_faults.py"
+COMPILED = Path(__file__).resolve().parent / "scripts" / "compiled_train_gpt.py"
 CONFIG = ROOT / "ds_configs" / "zero3_cpu_fp32.json"
 SMALL = ["--seq-len", "32", "--d-model", "64", "--n-layer", "2", "--n-head", "4", "--seed", "7", "--steps", "6"]
 PLANT_STEP = 3
@@ -35,9 +36,11 @@ def config(tmp: Path, name: str, **changes: object) -> Path:
     return path
 
 
-def record(tmp: Path, name: str, *mode: str, ds_config: Path = CONFIG, nproc: int = 2, plant: str = "") -> Path:
+def record(
+    tmp: Path, name: str, *mode: str, ds_config: Path = CONFIG, nproc: int = 2, plant: str = "", script: Path = TRAINER
+) -> Path:
     """Train the small GPT with --record; the record's folder."""
-    script = PLANTED if plant else TRAINER
+    script = PLANTED if plant else script
     argv = ["--deepspeed_config", str(ds_config), "--output-dir", str(tmp / name), "--record", str(tmp / f"{name}_rec")]
     env = {"PLANT": plant} if plant else None
     run_launcher(torchrun_cmd(script, [*argv, *SMALL, *mode], port=free_port(), nproc=nproc), timeout=400, env=env)
@@ -82,6 +85,14 @@ def test_pytorch_and_ort_agree(runs: Path, zero3: Path) -> None:
     assert json.loads((ort / "record.json").read_text())["backend"] == "ort"
     code, said = compare(zero3, ort)
     assert code == 0, said
+
+
+def test_a_compiled_engine_and_an_eager_one_agree(runs: Path, zero3: Path) -> None:
+    """`engine.compile()` (inductor on CPU): the module outputs are still recorded and compared module by module."""
+    compiled = record(runs, "compiled", "--native", script=COMPILED)
+    code, said = compare(zero3, compiled, "--output", str(runs / "compiled.md"))
+    assert code == 0 and "AGREE over 6 steps" in said, said
+    assert "the forward: module by module" in (runs / "compiled.md").read_text()
 
 
 def test_fp32_and_bf16_part_only_within_bf16s_tolerance(runs: Path, zero3: Path) -> None:
