@@ -121,13 +121,16 @@ RECORD_DIR = "record"  # each run's record (integrations.run_record), compared a
 
 
 def records_line(output_dir: Path) -> str:
-    """Where the two runs' records first part beyond their precision's tolerance: the step, phase and layer."""
+    """Where the two runs' records first part beyond their precision's tolerance (the step, phase and layer);
+    `ort-zero compare`'s report of them is written beside converge's, as `records.md` and `records.png`."""
     try:
         a, b = (record_comparison.load(output_dir / name / RECORD_DIR) for name in ("pytorch", "ort"))
-        verdict = record_report.verdict_line(record_comparison.compare(a, b))
+        comparison = record_comparison.compare(a, b)
     except record_comparison.RecordError as error:
         return f"[converge] records: not compared ({error})"
-    return verdict.replace("[compare]", "[converge] records:")
+    record_report.draw(comparison, output_dir / "records.png")
+    (output_dir / "records.md").write_text(record_report.markdown(comparison, output_dir / "records.png"))
+    return record_report.verdict_line(comparison).replace("[compare]", "[converge] records:")
 
 
 def runs(precision: str) -> list[tuple[str, str, int | None]]:
@@ -235,8 +238,7 @@ def render_report(
         f"- verdict: **{'agree' if verdict.agree else 'diverge'}** ({tolerance_said(args)})",
         f"- max |loss difference|: {verdict.max_abs_diff:.3g}; max relative: {verdict.max_rel_diff:.3g}",
         f"- first step beyond tolerance: {verdict.first_divergence if verdict.first_divergence is not None else '-'}",
-        f"- {parting.removeprefix('[converge] ')} (gradients and parameters step by step: `ort-zero compare "
-        f"pytorch/{RECORD_DIR} ort/{RECORD_DIR}`)",
+        f"- {parting.removeprefix('[converge] ')} (step by step, layer by layer: [records.md](records.md))",
         *([] if reordered is None else [spread_said(args.precision), f"- {verdict.summary.split('] ', 1)[1]}"]),
         *([] if verdict.agree else [DIVERGENCE_HINT]),
         f"- median step time: PyTorch {median['pytorch']:.1f} ms, ORT {median['ort']:.1f} ms",

@@ -25,6 +25,8 @@ def test_converge_agrees_and_writes_its_report_and_plot(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "verdict: **agree**" in report
     assert f"- records: AGREE over {STEPS} steps" in report  # the runs' records, step by step, as compare reads them
+    assert "verdict: AGREE" in (tmp_path / "records.md").read_text()  # compare's report of them, and its plot
+    assert (tmp_path / "records.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = [line for line in report.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
     assert [int(row.split("|")[1]) for row in rows] == list(range(STEPS))
     assert (tmp_path / "losses.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
