@@ -57,10 +57,7 @@ def _compare_records(args: argparse.Namespace) -> int:
         return _bad_input(str(error))
     print(record_report.verdict_line(comparison))
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        plot = args.output.with_suffix(".png")
-        record_report.draw(comparison, plot)
-        args.output.write_text(record_report.markdown(comparison, plot), encoding="utf-8")
+        record_report.write(comparison, args.output)
         print(f"summary: {args.output}")
     return 0 if comparison.parting is None else 1
 

@@ -128,8 +128,7 @@ def records_line(output_dir: Path) -> str:
         comparison = record_comparison.compare(a, b)
     except record_comparison.RecordError as error:
         return f"[converge] records: not compared ({error})"
-    record_report.draw(comparison, output_dir / "records.png")
-    (output_dir / "records.md").write_text(record_report.markdown(comparison, output_dir / "records.png"))
+    record_report.write(comparison, output_dir / "records.md")
     return record_report.verdict_line(comparison).replace("[compare]", "[converge] records:")
 
 

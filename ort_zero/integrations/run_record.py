@@ -45,7 +45,9 @@ def backend_of(engine: Any) -> str:
 
 
 class EngineRecorder:
-    """Wraps one engine's `backward` (the loss) and its optimizer's `step` (gradients before, parameters after)."""
+    """Wraps one engine's `backward` (the loss) and its optimizer's `step` (gradients before, parameters after): this
+    object's attributes only, when asked to record (DeepSpeed's classes are not patched); a forward pre-hook notes the
+    samples, forward hooks the module outputs."""
 
     def __init__(self, engine: Any, output_dir: Path) -> None:
         self.engine = engine
@@ -60,7 +62,7 @@ class EngineRecorder:
     def install(self) -> EngineRecorder:
         engine, optimizer = self.engine, self.engine.optimizer
         engine.backward = self._noting_the_loss(engine.backward)
-        engine.forward = self._noting_the_samples(engine.forward)
+        engine.register_forward_pre_hook(self._note_samples, with_kwargs=True)
         optimizer.step = self._recording_around(optimizer.step)
         if self.rank == 0 and backend_of(engine) == "pytorch":  # ORT runs its graph, not these modules' forwards
             for name, module in engine.module.named_modules():
@@ -100,15 +102,12 @@ class EngineRecorder:
 
         return record
 
-    def _noting_the_samples(self, forward: Callable[..., Any]) -> Callable[..., Any]:
-        def noted(*args: Any, **kwargs: Any) -> Any:
-            tokens = _model_input(args, kwargs)
-            if tokens is not None and torch.is_grad_enabled():  # not an evaluation
-                rows = tokens.detach().cpu().reshape(tokens.shape[0], -1)
-                self.samples += [hashlib.blake2b(row.numpy().tobytes(), digest_size=6).hexdigest() for row in rows]
-            return forward(*args, **kwargs)
-
-        return noted
+    def _note_samples(self, engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A forward pre-hook on the engine: a digest of each sample of the micro-batch (not in an evaluation)."""
+        tokens = _model_input(args, kwargs)
+        if tokens is not None and torch.is_grad_enabled():
+            rows = tokens.detach().cpu().reshape(tokens.shape[0], -1)
+            self.samples += [hashlib.blake2b(row.numpy().tobytes(), digest_size=6).hexdigest() for row in rows]
 
     def _noting_the_loss(self, backward: Callable[..., Any]) -> Callable[..., Any]:
         def noted(loss: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -132,14 +131,12 @@ class EngineRecorder:
 
     def _write(self, grads: dict[str, Any], params: dict[str, Any]) -> None:
         loss = torch.tensor([sum(self.losses), len(self.losses)], dtype=torch.float64)
-        if dist.is_initialized():
-            dist.all_reduce(loss)
-        self.losses = []
         samples = [self.samples]
         if dist.is_initialized():
+            dist.all_reduce(loss)
             samples = [[] for _ in range(dist.get_world_size())]
             dist.all_gather_object(samples, self.samples)
-        self.samples = []
+        self.losses, self.samples = [], []
         if self.rank == 0:
             norm = getattr(self.engine.optimizer, "_global_grad_norm", None)  # the engine reads it after the step
             line = {

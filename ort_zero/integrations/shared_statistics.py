@@ -71,8 +71,8 @@ def combined(shares: list[torch.Tensor | None]) -> list[dict[str, Any] | None]:
             )  # fmt: skip
             lows[index], highs[index] = x.min(), x.max()
     if dist.is_initialized():
-        for tensor, op in ((sums, dist.ReduceOp.SUM), (present, dist.ReduceOp.SUM)):
-            dist.all_reduce(tensor, op=op)
+        dist.all_reduce(sums)
+        dist.all_reduce(present)
         dist.all_reduce(lows, op=dist.ReduceOp.MIN)
         dist.all_reduce(highs, op=dist.ReduceOp.MAX)
     return [_statistics(sums[i], lows[i], highs[i]) if present[i] else None for i in range(len(shares))]

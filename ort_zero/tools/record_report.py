@@ -54,6 +54,14 @@ def markdown(comparison: Comparison, plot: Path | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(comparison: Comparison, markdown_path: Path) -> None:
+    """The Markdown report at `markdown_path`, its plot beside it (the same name, `.png`)."""
+    markdown_path.parent.mkdir(parents=True, exist_ok=True)
+    plot = markdown_path.with_suffix(".png")
+    draw(comparison, plot)
+    markdown_path.write_text(markdown(comparison, plot), encoding="utf-8")
+
+
 def draw(comparison: Comparison, path: Path) -> None:
     import matplotlib
 
