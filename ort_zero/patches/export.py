@@ -60,6 +60,14 @@ torch_patch(
     export_promotion_casts.bfloat16_promotion_casts,
 )  # fmt: skip
 torch_patch(
+    ORT_EXPORT, "torch.bfloat16_promoted_outputs", "torch._C", "_jit_pass_onnx_node_shape_type_inference",
+    "the same number mix-up in the exporter's per-node inference: an op mixing a bool and a bf16 tensor "
+    "(RecurrentGemma's `reset + ~reset * multiplier`) gets a ComplexDouble output, and the next op fails with "
+    "'ScalarType ComplexDouble is an unexpected tensor scalar type': while ORTModule exports a ZeRO-3 model such "
+    "outputs are typed bfloat16 (ort_zero/ort/export/promotion_casts.py)",
+    export_promotion_casts.bfloat16_promoted_outputs,
+)  # fmt: skip
+torch_patch(
     ORT_EXPORT, "torch.lower_unread_bridge_tuples", "torch._C", "_jit_pass_lower_all_tuples",
     "a bridge returns its module's tensors as one tuple; where nothing reads them (types "
     f"{', '.join(export_tuples.MODEL_TYPES)}) the tracer drops the unpack but keeps the PythonOp, and torch's tuple "

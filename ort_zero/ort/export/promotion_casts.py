@@ -6,6 +6,11 @@ state-space and linear-attention families' masks) torch 2.15 writes `Cast(to=15)
 and ONNX's for complex128 (ONNX's bfloat16 is 16; an explicit `.to(torch.bfloat16)` gets 16). ORT then refuses the
 graph (`Type 'tensor(complex128)' ... is invalid`). ONNX has no complex tensors a torch export could make, so a Cast
 to complex128 the analysis inserted is always its bfloat16: it becomes `Cast(to=BFLOAT16)`.
+
+The same mix-up types a value before the analysis runs: the per-node inference of an op mixing a bool and a bf16
+tensor (RecurrentGemma's `reset + ~reset * multiplier`) types its output ComplexDouble, and the next op that reads it
+fails (`ScalarType ComplexDouble is an unexpected tensor scalar type`). Such an output is bfloat16 too; the analysis
+then inserts the Casts the bool operands need.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from onnx import TensorProto
 
 TORCH_BFLOAT16_NUMBER = TensorProto.COMPLEX128  # 15: c10::ScalarType::BFloat16 in torch
@@ -39,3 +45,17 @@ def bfloat16_promotion_casts(analysis: Callable[..., None]) -> Callable[..., Non
                 cast.i_("to", TensorProto.BFLOAT16)
 
     return analysed
+
+
+def bfloat16_promoted_outputs(inference: Callable[..., None]) -> Callable[..., None]:
+    """torch's `_jit_pass_onnx_node_shape_type_inference`, the outputs it types complex128 typed bfloat16."""
+
+    @functools.wraps(inference)
+    def inferred(node: Any, *args: Any, **kwargs: Any) -> None:
+        inference(node, *args, **kwargs)
+        for output in node.outputs():
+            typed = output.type()
+            if isinstance(typed, torch._C.TensorType) and typed.scalarType() == "ComplexDouble":
+                output.setType(typed.with_dtype(torch.bfloat16))
+
+    return inferred
