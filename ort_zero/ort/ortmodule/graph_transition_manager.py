@@ -61,7 +61,7 @@ def schema_forward(original: Callable) -> Callable:
             return original(flattened_module, *args, **kwargs)
         with during_export(flattened_module), stood_in_for_export(flattened_module), external_params.discovering():
             try:
-                with torch_internals.fake_tensors(), warnings.catch_warnings():
+                with torch_internals.fake_tensors(), warnings.catch_warnings(), _buffers_kept(flattened_module):
                     # ORTModule deep-copies the inputs, and torch's deepcopy asks a fake copy for its data pointer
                     warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor", UserWarning)
                     return original(flattened_module, *args, **kwargs)
@@ -70,6 +70,19 @@ def schema_forward(original: Callable) -> Callable:
             return original(flattened_module, *args, **kwargs)
 
     return parse_outputs
+
+
+@contextlib.contextmanager
+def _buffers_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Puts back every buffer a forward on fake tensors replaced: a model that stores a converted buffer in its
+    forward (CTRL's `self.pos_encoding = self.pos_encoding.to(dtype)`, a copy in bf16) would keep a fake one, and the
+    trace would then meet it as a constant without data."""
+    kept = [(owner, name, buffer) for owner in module.modules() for name, buffer in owner._buffers.items()]
+    try:
+        yield
+    finally:
+        for owner, name, buffer in kept:
+            owner._buffers[name] = buffer
 
 
 def deep_clone_check(original: Callable) -> Callable:

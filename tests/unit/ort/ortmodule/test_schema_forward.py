@@ -72,3 +72,25 @@ def test_a_model_without_zero3_parameters_is_left_to_ort() -> None:
     schema_forward(read_schema)(module, torch.randn(5, 4))
 
     assert module.seen == [False]
+
+
+class ConvertingItsBuffer(Recording):
+    """Stores its buffer converted to the input's dtype in its forward, as CTRL does with its positional encoding."""
+
+    def __init__(self) -> None:
+        super().__init__(data_dependent=False)
+        self.register_buffer("table", torch.arange(4.0), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:
+        self.table = self.table.to(x.dtype)
+        return super().forward(x + self.table)
+
+
+def test_a_buffer_the_model_replaces_on_fake_tensors_stays_real() -> None:
+    module = ConvertingItsBuffer().to(torch.bfloat16)
+    module.table = module.table.float()
+    table = module.table
+
+    schema_forward(read_schema)(module, torch.randn(5, 4, dtype=torch.bfloat16))
+
+    assert module.seen == [True] and module.table is table and not isinstance(module.table, FakeTensor)
