@@ -30,7 +30,8 @@ def reset_gated(x: torch.Tensor) -> torch.Tensor:
 def _export(patched: bool) -> onnx.GraphProto:
     buffer = io.BytesIO()
     with patches.applied("ort_export") if patched else contextlib.nullcontext():
-        torch.onnx.export(Op(reset_gated).to(torch.bfloat16), (torch.randn(4, 8, dtype=torch.bfloat16),), buffer, dynamo=False)
+        model, x = Op(reset_gated).to(torch.bfloat16), torch.randn(4, 8, dtype=torch.bfloat16)
+        torch.onnx.export(model, (x,), buffer, dynamo=False)
     return onnx.load_from_string(buffer.getvalue()).graph
 
 
