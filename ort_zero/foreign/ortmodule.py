@@ -34,6 +34,11 @@ def execution_manager(ort_module: Any, training: bool) -> Any:
     return ort_module._torch_module._execution_manager(is_training=training)
 
 
+def has_exported(ort_module: Any) -> bool:
+    """Whether an ORTModule's training graph has been exported (the hooks a forward runs at export are then spent)."""
+    return execution_manager(ort_module, True)._graph_transition_manager._exported_model_info is not None
+
+
 def optimized_model(manager: Any) -> onnx.ModelProto | None:
     """The graph ORT's session runs (after ORT's and ort_zero's passes); None before the first build."""
     return manager._onnx_models.optimized_model

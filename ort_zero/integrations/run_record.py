@@ -7,7 +7,8 @@ every rank takes part (the gathers are collectives) and rank 0 writes one line o
 - each trainable parameter's gradient, whole, as the optimizer is about to use it (before clipping; the ranks' ZeRO
   shares combined, `shared_statistics`);
 - each parameter after the step, whole (DeepSpeed's fp32 master weights, likewise);
-- in a PyTorch run, every module's outputs in rank 0's first forward of the step (ORT runs its graph, not them).
+- every module's outputs in rank 0's first forward of the step (in an ORT run through recorder ops in its graph,
+  `graph_outputs`).
 Tensors are kept as statistics (`hooks.statistics.tensor_statistics`), in the model's parameter order. `record.json`
 says what the run was (parameters and shapes, ZeRO stage, ranks, accumulation, precision, backend).
 
@@ -29,7 +30,7 @@ import torch.distributed as dist
 from ..hooks.nested import flatten
 from ..hooks.statistics import ROOT_NAME, tensor_statistics
 from ..ort.export.errors import unwrapped
-from . import shared_statistics
+from . import graph_outputs, shared_statistics
 from .record_files import RECORD, STEPS
 
 
@@ -47,7 +48,7 @@ def backend_of(engine: Any) -> str:
 class EngineRecorder:
     """Wraps one engine's `backward` (the loss) and its optimizer's `step` (gradients before, parameters after): this
     object's attributes only, when asked to record (DeepSpeed's classes are not patched); a forward pre-hook notes the
-    samples, forward hooks the module outputs."""
+    samples, forward hooks (or, in ORT, recorder ops) the module outputs."""
 
     def __init__(self, engine: Any, output_dir: Path) -> None:
         self.engine = engine
@@ -64,7 +65,10 @@ class EngineRecorder:
         engine.backward = self._noting_the_loss(engine.backward)
         engine.register_forward_pre_hook(self._note_samples, with_kwargs=True)
         optimizer.step = self._recording_around(optimizer.step)
-        if self.rank == 0 and backend_of(engine) == "pytorch":  # ORT runs its graph, not these modules' forwards
+        if backend_of(engine) == "ort":
+            if not graph_outputs.record_outputs(engine.module, self._keep_output) and self.rank == 0:
+                print(graph_outputs.NOT_RECORDED, flush=True)
+        elif self.rank == 0:
             for name, module in engine.module.named_modules():
                 module.register_forward_hook(self._activation_recorder(unwrapped(name) or ROOT_NAME))
         if self.rank == 0:
@@ -90,17 +94,22 @@ class EngineRecorder:
         micro-batch in runs of the same ranks and accumulation)."""
 
         def record(module: torch.nn.Module, inputs: Any, output: Any) -> None:
-            if not torch.is_grad_enabled():
-                return  # an evaluation, or a recompute in the backward
-            if self.activations is None:
-                self.activations = {}
-            elif self.losses:
-                return  # a later micro-batch of the step
-            for index, tensor in enumerate(flatten(output).tensors):
-                if tensor.is_floating_point():
-                    self.activations[f"{name}/output_{index}"] = _statistics(tensor)
+            if torch.is_grad_enabled():  # not an evaluation, nor a recompute in the backward
+                for index, tensor in enumerate(flatten(output).tensors):
+                    self._keep_output(f"{name}/output_{index}", tensor)
 
         return record
+
+    def _keep_output(self, name: str, tensor: torch.Tensor) -> None:
+        """One module output, kept if it is of rank 0's first forward of the step and not of an evaluation."""
+        if self.rank != 0 or not self.engine.module.training:
+            return
+        if self.activations is None:
+            self.activations = {}
+        elif self.losses:
+            return  # a later micro-batch of the step, or a recompute in its backward
+        if tensor.is_floating_point():
+            self.activations[name] = _statistics(tensor)
 
     def _note_samples(self, engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A forward pre-hook on the engine: a digest of each sample of the micro-batch (not in an evaluation)."""

@@ -1,4 +1,5 @@
-"""train_gpt with one planted fault, for the run record's tests (PyTorch paths only: the hooks sit on torch modules).
+"""train_gpt with one planted fault, for the run record's tests (the gradient's and the update's in PyTorch runs; the
+activation's in ORT runs too, where it is a PythonOp ORT runs at every step).
 
 PLANT=grad:<block>:<step>:<factor>  the gradient flowing into GPT block <block> scaled by <factor> from optimizer
                                     step <step> on (every rank)
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from ort_zero.examples import train_gpt
+from ort_zero.hooks.export_mode import is_exporting
 
 KIND, *FIELDS = os.environ["PLANT"].split(":")
 _build_model = train_gpt.build_model
@@ -35,16 +37,29 @@ def with_scaled_gradient(args: Any) -> torch.nn.Module:
     return model
 
 
+class PerturbedAt(torch.autograd.Function):
+    """`tensor * factor` in the forward of one optimizer step, `tensor` in the others (in ORT: a PythonOp whose
+    forward runs at every step; the export's and the output-schema forward's calls are not steps)."""
+
+    forwards = 0
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, step: int, factor: float) -> torch.Tensor:
+        if is_exporting():
+            return tensor.clone()
+        PerturbedAt.forwards += 1
+        ctx.factor = factor if PerturbedAt.forwards == step + 1 else 1.0
+        return tensor * ctx.factor
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return grad * ctx.factor, None, None
+
+
 def with_a_perturbed_activation(args: Any) -> torch.nn.Module:
     model = _build_model(args)
     block, step, factor = int(FIELDS[0]), int(FIELDS[1]), float(FIELDS[2])
-    forwards = [0]  # one forward per optimizer step (no accumulation in these runs)
-
-    def perturb(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor | None:
-        forwards[0] += 1
-        return output * factor if forwards[0] == step + 1 else None
-
-    model.blocks[block].register_forward_hook(perturb)
+    model.blocks[block].register_forward_hook(lambda module, inputs, output: PerturbedAt.apply(output, step, factor))
     return model
 
 
