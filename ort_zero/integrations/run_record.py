@@ -9,7 +9,7 @@ every rank takes part (the gathers are collectives) and rank 0 writes one line o
 - each parameter after the step, whole (DeepSpeed's fp32 master weights, likewise);
 - every module's outputs in rank 0's first forward of the step (in an ORT run through recorder ops in its graph,
   `graph_outputs`).
-Tensors are kept as statistics (`hooks.statistics.tensor_statistics`), in the model's parameter order. `record.json`
+Tensors are kept as statistics (`shared_statistics`), in the model's parameter order. `record.json`
 says what the run was (parameters and shapes, ZeRO stage, ranks, accumulation, precision, backend).
 
 `record_engine(engine, output_dir)` after `deepspeed.initialize` (or on the engine `accelerator.prepare` returns);
@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..hooks.nested import flatten
-from ..hooks.statistics import ROOT_NAME, tensor_statistics
+from ..hooks.statistics import ROOT_NAME
 from ..ort.export.errors import unwrapped
 from . import graph_outputs, shared_statistics
 from .record_files import RECORD, STEPS
@@ -109,7 +109,7 @@ class EngineRecorder:
         elif self.losses:
             return  # a later micro-batch of the step, or a recompute in its backward
         if tensor.is_floating_point():
-            self.activations[name] = _statistics(tensor)
+            self.activations[name] = shared_statistics.whole(tensor)
 
     def _note_samples(self, engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A forward pre-hook on the engine: a digest of each sample of the micro-batch (not in an evaluation)."""
@@ -172,10 +172,6 @@ def _model_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor 
 
 def _full_shape(param: torch.Tensor) -> tuple[int, ...]:
     return tuple(getattr(param, "ds_shape", None) or param.shape)
-
-
-def _statistics(tensor: torch.Tensor | None) -> dict[str, Any] | None:
-    return None if tensor is None else tensor_statistics(tensor.detach().float().cpu())
 
 
 def record_engine(engine: Any, output_dir: str | Path) -> EngineRecorder:

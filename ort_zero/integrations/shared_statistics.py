@@ -64,18 +64,39 @@ def combined(shares: list[torch.Tensor | None]) -> list[dict[str, Any] | None]:
     present = torch.tensor([share is not None for share in shares], dtype=torch.float64)
     for index, share in enumerate(shares):
         if share is not None and share.numel():
-            x = share.detach().cpu().to(torch.float64)
-            sums[index] = torch.stack(
-                [torch.tensor(float(x.numel()), dtype=torch.float64), x.sum(), x.square().sum(), x.abs().sum(),
-                 torch.isnan(x).sum().double(), torch.isinf(x).sum().double()]
-            )  # fmt: skip
-            lows[index], highs[index] = x.min(), x.max()
+            sums[index], lows[index], highs[index] = _sums(share)
     if dist.is_initialized():
         dist.all_reduce(sums)
         dist.all_reduce(present)
         dist.all_reduce(lows, op=dist.ReduceOp.MIN)
         dist.all_reduce(highs, op=dist.ReduceOp.MAX)
     return [_statistics(sums[i], lows[i], highs[i]) if present[i] else None for i in range(len(shares))]
+
+
+def whole(tensor: torch.Tensor) -> dict[str, Any]:
+    """One rank's tensor's statistics (a module's output), with its shape and dtype."""
+    described = {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch.")}
+    if not tensor.numel():
+        return {**described, "numel": 0}
+    return {**described, **_statistics(*_sums(tensor))}
+
+
+def _sums(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_SUMS` of a non-empty tensor, and its extremes. torch sums float32 pairwise (about 1e-7 relative, far inside
+    any tolerance compared) at a sixth of the time of float64 copies, which took a 162M model's recorded step to 2x;
+    float64 where float32 overflows. NaNs and infinities are counted only where the sum is not finite."""
+    x = tensor.detach().reshape(-1)
+    x = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    low, high = torch.aminmax(x)
+    moments = torch.stack([x.sum(), x.square().sum(), x.abs().sum()]).double()
+    nans = infs = 0.0
+    if not bool(torch.isfinite(moments).all()):
+        nans, infs = float(torch.isnan(x).sum()), float(torch.isinf(x).sum())
+        if not nans and not infs:  # float32 overflowed
+            x = x.double()
+            moments = torch.stack([x.sum(), x.square().sum(), x.abs().sum()])
+    count = torch.tensor([float(x.numel())], dtype=torch.float64)
+    return torch.cat([count, moments, torch.tensor([nans, infs], dtype=torch.float64)]), low.double(), high.double()
 
 
 def _statistics(sums: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> dict[str, Any]:
