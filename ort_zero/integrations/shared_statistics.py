@@ -82,21 +82,30 @@ def whole(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def _sums(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`_SUMS` of a non-empty tensor, and its extremes. torch sums float32 pairwise (about 1e-7 relative, far inside
-    any tolerance compared) at a sixth of the time of float64 copies, which took a 162M model's recorded step to 2x;
-    float64 where float32 overflows. NaNs and infinities are counted only where the sum is not finite."""
+    """`_SUMS` of a non-empty tensor, and its extremes. The variance comes from torch's `var_mean` (accurate to about
+    1e-8 where float32 squares summed lose the spread of a tensor far from zero) and the sum of squares from it; with
+    the magnitudes summed pairwise in float32 this takes a fifth of the time of float64 copies, which made a 162M
+    model's recorded step 2x. float64 where float32 overflows; NaNs and infinities counted only where a sum is not
+    finite."""
     x = tensor.detach().reshape(-1)
     x = x if x.dtype in (torch.float32, torch.float64) else x.float()
-    low, high = torch.aminmax(x)
-    moments = torch.stack([x.sum(), x.square().sum(), x.abs().sum()]).double()
+    moments = _moments(x)
     nans = infs = 0.0
     if not bool(torch.isfinite(moments).all()):
         nans, infs = float(torch.isnan(x).sum()), float(torch.isinf(x).sum())
         if not nans and not infs:  # float32 overflowed
             x = x.double()
-            moments = torch.stack([x.sum(), x.square().sum(), x.abs().sum()])
+            moments = _moments(x)
+    low, high = torch.aminmax(x)
     count = torch.tensor([float(x.numel())], dtype=torch.float64)
     return torch.cat([count, moments, torch.tensor([nans, infs], dtype=torch.float64)]), low.double(), high.double()
+
+
+def _moments(x: torch.Tensor) -> torch.Tensor:
+    """The sum, the sum of squares and the sum of magnitudes of `x`, in float64."""
+    variance, mean = (value.double() for value in torch.var_mean(x, correction=0))
+    count = x.numel()
+    return torch.stack([count * mean, count * (variance + mean * mean), x.abs().sum().double()])
 
 
 def _statistics(sums: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> dict[str, Any]:
