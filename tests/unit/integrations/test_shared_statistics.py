@@ -10,7 +10,6 @@ import torch
 from ort_zero.hooks.statistics import tensor_statistics
 from ort_zero.integrations import shared_statistics
 
-
 KEYS = ("mean", "std", "abs_mean", "min", "max", "nan_count", "inf_count")
 
 
