@@ -3,7 +3,8 @@
 Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it does not own),
 `torch._C._storage_Use_Count` (who else holds a storage: the linear layers' output pool), a module's
 `_backward_hooks`, a tensor's `_backward_hooks` and `_post_accumulate_grad_hooks` (what AccumulateGrad runs),
-TorchScript's `torch._C.TupleType` (an exported graph's tuple values: export_tuples), the TorchScript exporter's
+TorchScript's `torch._C.TupleType` (an exported graph's tuple values: export_tuples) and `torch._C.TensorType` (a
+graph value's dtype, which promotion_casts also retypes), the TorchScript exporter's
 symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides, export_einsum), and
 the private modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and `torch._subclasses`
 (fake tensors, as torch.export traces with them). The exporter's private modules ORTModule imports are
@@ -56,6 +57,17 @@ def fake_tensors() -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def jit_value_scalar_type(value: Any) -> str | None:
+    """The scalar type a TorchScript graph value is typed with (torch's name: "Float", "ComplexDouble"); None where
+    it is no tensor or has none."""
+    typed = value.type()
+    return typed.scalarType() if isinstance(typed, torch._C.TensorType) else None
+
+
+def set_jit_value_dtype(value: Any, dtype: torch.dtype) -> None:
+    value.setType(value.type().with_dtype(dtype))
 
 
 def onnx_is_none(value: Any) -> bool:

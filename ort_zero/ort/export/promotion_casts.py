@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from onnx import TensorProto
 
+from ...foreign import torch as torch_internals
+
 TORCH_BFLOAT16_NUMBER = TensorProto.COMPLEX128  # 15: c10::ScalarType::BFloat16 in torch
 
 
@@ -54,8 +56,7 @@ def bfloat16_promoted_outputs(inference: Callable[..., None]) -> Callable[..., N
     def inferred(node: Any, *args: Any, **kwargs: Any) -> None:
         inference(node, *args, **kwargs)
         for output in node.outputs():
-            typed = output.type()
-            if isinstance(typed, torch._C.TensorType) and typed.scalarType() == "ComplexDouble":
-                output.setType(typed.with_dtype(torch.bfloat16))
+            if torch_internals.jit_value_scalar_type(output) == "ComplexDouble":
+                torch_internals.set_jit_value_dtype(output, torch.bfloat16)
 
     return inferred

@@ -77,12 +77,12 @@ def _buffers_kept(module: torch.nn.Module) -> Iterator[None]:
     """Puts back every buffer a forward on fake tensors replaced: a model that stores a converted buffer in its
     forward (CTRL's `self.pos_encoding = self.pos_encoding.to(dtype)`, a copy in bf16) would keep a fake one, and the
     trace would then meet it as a constant without data."""
-    kept = [(owner, name, buffer) for owner in module.modules() for name, buffer in owner._buffers.items()]
+    kept = [(owner, name, buffer) for owner in module.modules() for name, buffer in owner.named_buffers(recurse=False)]
     try:
         yield
     finally:
         for owner, name, buffer in kept:
-            owner._buffers[name] = buffer
+            setattr(owner, name, buffer)  # a registered buffer's name: set as that buffer again
 
 
 def deep_clone_check(original: Callable) -> Callable:
