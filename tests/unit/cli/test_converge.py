@@ -32,8 +32,7 @@ def fake_train(
     ort_training: dict[str, Any] | None = None,
 ) -> list[tuple[str, Path]]:
     """Replace the launcher: `_train` writes `curves[run name]`, else `curves[flag]`, as losses.csv (None: the run
-    fails) and, for the ORT run, `ort_training` as its ort.json's "training" section (None: no ort.json); returns
-    the calls."""
+    fails) and, for the ORT run, `ort_training` as its ort.json's "training" (None: no ort.json); the calls."""
     calls: list[tuple[str, Path]] = []
 
     def train(args: argparse.Namespace, flag: str, run_dir: Path, threads: int | None = None) -> str | None:
@@ -283,7 +282,7 @@ SPIKE = [3.35, 3.29, 3.45, 3.07]  # the demo GPT's bf16 steps 10-13; reordered P
         ([3.35, 4.20, 3.48, 3.02], [3.35, 4.50, 3.44, 3.00], True),  # ORT parts where and as much as PyTorch does
         ([3.30, 4.58, 3.48, 3.01], [3.31, 4.50, 3.44, 3.00], True),  # a step early, as PyTorch's own parting begins
         ([3.35, 4.20, 3.48, 3.02], SPIKE, False),  # PyTorch reordered stays within the tolerance: ORT is apart
-        ([4.20, 3.29, 3.45, 3.07], [3.35, 4.50, 3.44, 3.00], False),  # ORT parts a step before PyTorch does
+        ([4.20, 3.29, 3.45, 3.07], [3.35, 4.50, 3.44, 3.00], False),  # ORT parts where PyTorch has not moved
         ([3.35, 9.00, 3.48, 3.02], [3.35, 4.50, 3.44, 3.00], False),  # by more than twice PyTorch's own spread
     ],
     ids=["within the spread", "as the spread begins", "no spread", "earlier", "larger"],
