@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ class EngineRecorder:
         self.losses: list[float] = []
         self.activations: dict[str, Any] | None = None  # the step's first forward on this rank, module by module
         self.samples: list[str] = []  # a digest of each sample this rank trained on in the step
+        self.unclipped: dict[str, Any] | None = None  # without ZeRO: the gradients before the engine clipped them
         self.step = 0
 
     def install(self) -> EngineRecorder:
@@ -65,6 +67,7 @@ class EngineRecorder:
         engine.backward = self._noting_the_loss(engine.backward)
         engine.register_forward_pre_hook(self._note_samples, with_kwargs=True)
         optimizer.step = self._recording_around(optimizer.step)
+        engine.clip_fp32_gradients = self._noting_before(engine.clip_fp32_gradients)
         if backend_of(engine) == "ort":
             if not graph_outputs.record_outputs(engine.module, self._keep_output) and self.rank == 0:
                 print(graph_outputs.NOT_RECORDED, flush=True)
@@ -125,9 +128,19 @@ class EngineRecorder:
 
         return noted
 
+    def _noting_before(self, clip: Callable[..., Any]) -> Callable[..., Any]:
+        """Without ZeRO the engine clips fp32 gradients before its optimizer's step (a ZeRO optimizer in its step)."""
+
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            self.unclipped = self._combined(shared_statistics.gradient_share)
+            return clip(*args, **kwargs)
+
+        return noted
+
     def _recording_around(self, step: Callable[..., Any]) -> Callable[..., Any]:
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            grads = self._combined(shared_statistics.gradient_share)
+            grads = self.unclipped or self._combined(shared_statistics.gradient_share)
+            self.unclipped = None
             result = step(*args, **kwargs)
             self._write(grads, self._combined(shared_statistics.parameter_share))
             return result
@@ -147,7 +160,7 @@ class EngineRecorder:
             dist.all_gather_object(samples, self.samples)
         self.losses, self.samples = [], []
         if self.rank == 0:
-            norm = getattr(self.engine.optimizer, "_global_grad_norm", None)  # the engine reads it after the step
+            norm = getattr(self.engine.optimizer, "_global_grad_norm", None) or _norm_of(grads)
             line = {
                 "step": self.step,
                 "loss": loss[0].item() / max(loss[1].item(), 1.0),
@@ -161,6 +174,12 @@ class EngineRecorder:
                 steps.write(json.dumps(line) + "\n")
         self.activations = None
         self.step += 1
+
+
+def _norm_of(grads: dict[str, Any]) -> float:
+    """The gradients' global norm from their statistics, where the optimizer keeps none (no ZeRO)."""
+    squares = sum(g["numel"] * (g["std"] ** 2 + g["mean"] ** 2) for g in grads.values() if g is not None)
+    return math.sqrt(squares)
 
 
 def _model_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:

@@ -65,7 +65,7 @@ def zero3(runs: Path) -> Path:
     return record(runs, "zero3", "--native")
 
 
-@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("stage", [0, 1, 2])
 def test_other_zero_stages_and_zero3_agree(runs: Path, zero3: Path, stage: int) -> None:
     other = record(runs, f"zero{stage}", "--native", ds_config=config(runs, f"zero{stage}", stage=stage))
     code, said = compare(other, zero3, "--output", str(runs / f"zero{stage}_zero3.md"))
