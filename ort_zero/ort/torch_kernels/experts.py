@@ -9,6 +9,10 @@ matmuls for `grouped_mm`) and its backward torch's autograd on the graph it kept
 
 The experts run on their own ZeRO-3 parameters (`modules`: what the kept graph saves). Every rank gathers the whole
 experts parameter whatever its tokens' routing, so ranks never wait on each other.
+
+While a ZeRO-3 model is traced for its export, its partitioned weights are stand-ins of zeros (`ort.export.context`):
+the experts' output is then zeros, and the trace records the PythonOp, not what it computed; so the trace's grouped
+matmuls are not run (MoE 87M at seq 512: 0.3 s of a 1.1-s trace).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 
 import torch
 
+from ...hooks.export_mode import is_exporting
+from ..export.context import is_stand_in
 from .context import wanted_grads
 from .failures import kernel_failure
 from .modules import backward_on_own_params, forward_on_own_params, own_params
@@ -40,6 +46,8 @@ class ExpertsInTorch(torch.autograd.Function):
         *params: torch.Tensor,
     ) -> torch.Tensor:
         wanted_grads(ctx, hidden_states, top_k_index, top_k_weights, experts, implementation, *params)
+        if is_exporting() and params and all(is_stand_in(param) for param in params):
+            return torch.zeros_like(hidden_states)  # transformers' implementations return the tokens' dtype
         try:
             return forward_on_own_params(
                 ctx, experts, implementation, (hidden_states, top_k_index, top_k_weights), params

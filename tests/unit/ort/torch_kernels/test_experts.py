@@ -45,3 +45,32 @@ def test_batched_mm_without_the_kernel_keeps_weights_per_token_and_expert(train_
     assert KERNEL not in result["record"]["python_ops"]
     gathered = [value for value in experts_values(result["kept"]) if value[1] == "Gather" and len(value[2]) == 3]
     assert len({name.split("/mlp/")[0] for name, _, _ in gathered}) == LAYERS, gathered
+
+
+def test_the_trace_runs_no_expert_on_stand_ins() -> None:
+    """While a ZeRO-3 model is exported its partitioned weights are zeros, and so is what the experts compute with
+    them: the trace gets zeros without the grouped matmuls (the implementation is not called)."""
+    import torch
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    from ort_zero.ort.export.context import stood_in_for_export
+
+    experts = _moe("grouped_mm")().to(torch.bfloat16).model.layers[0].mlp.experts  # a bf16 model
+    params = list(experts.parameters(recurse=False))
+    for param in params:
+        param.ds_status, param.ds_numel, param.ds_shape = ZeroParamStatus.NOT_AVAILABLE, param.numel(), param.shape
+    hidden = torch.randn(6, 32, dtype=torch.bfloat16)
+    index, weights = torch.randint(0, 8, (6, 2)), torch.rand(6, 2, dtype=torch.bfloat16)
+    calls: list[int] = []
+
+    def implementation(*args: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return grouped_mm_experts_forward(*args)
+
+    with stood_in_for_export(experts):
+        traced = ExpertsInTorch.apply(hidden, index, weights, experts, implementation, *params)
+        computed = grouped_mm_experts_forward(experts, hidden, index, weights)  # on the zeros themselves
+    assert calls == []
+    assert traced.dtype == computed.dtype == hidden.dtype
+    torch.testing.assert_close(traced, computed, rtol=0, atol=0)
