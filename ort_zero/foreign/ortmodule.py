@@ -2,11 +2,11 @@
 
 Read: an ORTModule's `_torch_module._execution_manager(is_training)`; a manager's `_onnx_models`, `_execution_agent`,
 `_graph_transition_manager` (its `_exported_model_info`, `_post_export_processed_model_info`), `_runtime_options`,
-`_device`, `_flattened_module`, `_logger`, `time_tracker`; an agent's `_inference_session`; the fallback manager's
-`_exception`; ORTModule's symbolics (`CustomOpSymbolicRegistry._SYMBOLICS`); the private modules
-`capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_gradient_registry`,
-`ortmodule._custom_autograd_function_exporter` (the Functions it exports its own way) and
-`ortmodule._logger`.
+`_device`, `_flattened_module` (its `_output_schema`), `_logger`, `time_tracker`; an agent's `_inference_session`;
+the fallback manager's `_exception`; ORTModule's symbolics (`CustomOpSymbolicRegistry._SYMBOLICS`); the private
+modules `capi._pybind_state`, `ortmodule._custom_op_symbolic_registry`, `ortmodule._custom_gradient_registry`,
+`ortmodule._custom_autograd_function_exporter` (the Functions it exports its own way), `ortmodule._fallback` (its
+export failure) and `ortmodule._logger`.
 Written: the process's cached CPU execution provider (`forget_cpu_provider`), the memory optimizer's runtime options,
 its memory observer's switch and probe (`memory_probe_unprofiled`), what a manager keeps once its session exists
 (`release_kept`), the input bookkeeping of a post-export model info (`add_graph_input`), ORT's gradient registry
@@ -81,6 +81,18 @@ def flattened_module(manager: Any) -> Any:
 
 def manager_logger(manager: Any) -> Any:
     return manager._logger
+
+
+def output_schema(flattened: Any) -> Any:
+    """The structure of the outputs the flattened module's last forward returned (its trace's, at an export)."""
+    return flattened._output_schema
+
+
+def export_failure(error: Exception) -> Exception:
+    """`error` as ORTModule's own export failure, on which its fallback policies act."""
+    from onnxruntime.training.ortmodule._fallback import ORTModuleONNXModelException, wrap_exception
+
+    return wrap_exception(ORTModuleONNXModelException, error)
 
 
 def first_step_phases(ort_module: Any) -> dict[str, float]:

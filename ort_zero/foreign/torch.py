@@ -6,9 +6,8 @@ Read: `torch._C._construct_storage_from_data_pointer` (a storage over memory it 
 TorchScript's `torch._C.TupleType` (an exported graph's tuple values: export_tuples) and `torch._C.TensorType` (a
 graph value's dtype, which promotion_casts also retypes), the TorchScript exporter's
 symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides, export_einsum), and
-the private modules `torch.utils._pytree` (the nested-structure walker FSDP2 uses too) and `torch._subclasses`
-(fake tensors, as torch.export traces with them). The exporter's private modules ORTModule imports are
-`ort_zero.patches`' (torch_onnx group).
+the private module `torch.utils._pytree` (the nested-structure walker FSDP2 uses too). The exporter's private
+modules ORTModule imports are `ort_zero.patches`' (torch_onnx group).
 """
 
 from __future__ import annotations
@@ -43,20 +42,6 @@ def tensor_grad_hooks(tensor: torch.Tensor) -> list[Callable[..., Any]]:
 def post_accumulate_grad_hooks(tensor: torch.Tensor) -> list[Callable[..., Any]]:
     """The hooks `tensor.register_post_accumulate_grad_hook` added, in order (AccumulateGrad runs them last)."""
     return list((getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values())
-
-
-def is_fake(tensor: torch.Tensor) -> bool:
-    """A fake tensor (shapes and dtypes only): it has no memory of its own to ask about."""
-    from torch._subclasses.fake_tensor import is_fake as fake
-
-    return fake(tensor)
-
-
-def fake_tensors() -> Any:
-    """A context in which ops compute only shapes and dtypes; real tensors met inside (parameters) become fake."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    return FakeTensorMode(allow_non_fake_inputs=True)
 
 
 def jit_value_scalar_type(value: Any) -> str | None:

@@ -28,8 +28,8 @@ deepspeed_patch(
     ORT_EXPORT, "deepspeed.parameter_reads_in_export", "deepspeed.runtime.zero.parameter_offload:ZeROOrderedDict",
     "__getitem__",
     "DeepSpeed registers a parameter read outside its module's forward as an external parameter at the first eager "
-    "access, which an export never makes (its stand-ins are available): while ORTModule's output-schema forward "
-    "runs before the export, such reads are noted and registered the same way (zero3/external_params.py).",
+    "access, which an export never makes (its stand-ins are available): while the export's trace runs, such reads "
+    "are noted and registered the same way, and the model traced again (zero3/external_params.py).",
     deferred(lambda: ort_zero_module("zero3.external_params").noting_reads),
 )  # fmt: skip
 

@@ -4,9 +4,9 @@ Natively, ZeRO-3 finds them at their first eager access: a partitioned parameter
 runs becomes an external parameter of the innermost running module (DeepSpeed's `ZeROOrderedDict`), gathered with
 it from then on (a Mamba mixer's fused convolution reads `conv1d.weight` and never calls `conv1d`). An export never
 makes that access (its stand-ins are marked available), so the graph would read a parameter no bridge gathers.
-ORTModule runs a forward to read the output schema before every export: while it runs (`discovering`), such reads
-are noted, and when it ends each parameter is registered with the module that read it, as DeepSpeed would; the
-export then has that module's bridge gather it.
+While the export's trace runs (`discovering`), such reads are noted, and when it ends each parameter is registered
+with the module that read it, as DeepSpeed would; a trace that found one is traced again, and that module's bridge
+gathers it (`ort.ortmodule.graph_transition_manager`).
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ _ACTIVE: contextvars.ContextVar[Discovery | None] = contextvars.ContextVar("ort_
 
 
 @contextlib.contextmanager
-def discovering() -> Iterator[None]:
+def discovering() -> Iterator[Discovery]:
     """While it lasts, reads of partitioned parameters outside the running modules are noted; at its end they are
-    registered as external parameters of the modules that read them."""
+    registered as external parameters of the modules that read them (what it found: `Discovery.found`)."""
     discovery = Discovery()
     token = _ACTIVE.set(discovery)
     try:
-        yield
+        yield discovery
     finally:
         _ACTIVE.reset(token)
     register(discovery)

@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from ...foreign import torch as torch_internals
 from ...hooks import exporting
 
 _STAND_IN_BUFFERS: set[int] = set()  # data pointers of the buffers of the exports running now
@@ -52,7 +51,7 @@ def zeros_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
 
 def is_stand_in(tensor: torch.Tensor) -> bool:
     """A stand-in, or a detached alias of one (the exporter detaches its parameters)."""
-    return not torch_internals.is_fake(tensor) and tensor.untyped_storage().data_ptr() in _STAND_IN_BUFFERS
+    return tensor.untyped_storage().data_ptr() in _STAND_IN_BUFFERS
 
 
 def shape_inference_without_stand_ins(infer_shapes: Callable[..., None]) -> Callable[..., None]:

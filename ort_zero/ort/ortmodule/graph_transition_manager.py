@@ -1,5 +1,6 @@
-"""ORTModule's `GraphTransitionManager` and `_io`, where a model is exported: the export context, the output-schema
-forward, the deep-clone check, the sparsity hooks and the post-export processing, replaced for ZeRO-3 models.
+"""ORTModule's `GraphTransitionManager` and `_io`, where a model is exported: the export context, the export itself
+(one forward, the trace), the deep-clone check, the sparsity hooks and the post-export processing, replaced for
+ZeRO-3 models.
 
 Each function takes the original ORT object and returns its replacement (the registry's factory protocol).
 """
@@ -7,17 +8,18 @@ Each function takes the original ORT object and returns its replacement (the reg
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
+import io
 import logging
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import onnx
 import torch
 
 from ... import settings
 from ...foreign import ortmodule
-from ...foreign import torch as torch_internals
 from ...zero3 import external_params
 from ..export.context import is_zero3_module, stood_in_for_export
 from ..export.errors import naming_export_failures
@@ -25,6 +27,7 @@ from ..export.groups import during_export
 from ..passes.base import ExportedGraph
 from ..passes.pipeline import run_export_passes
 from ..passes.zero3_params import TRIGGER_NAME
+from . import torch_compat
 
 logger = logging.getLogger(__name__)
 
@@ -38,51 +41,85 @@ def export_context(original: Callable) -> Callable:
 
     @contextlib.contextmanager
     def zero3_export_context(enable: bool, stage3_param_handle: Any, flattened_module: torch.nn.Module) -> Iterator:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(naming_export_failures(flattened_module))
-            if is_zero3_module(flattened_module):
-                stack.enter_context(during_export(flattened_module))
-                stack.enter_context(stood_in_for_export(flattened_module))
+        with _exporting(flattened_module):
             yield
 
     return zero3_export_context
 
 
-def schema_forward(original: Callable) -> Callable:
-    """Wraps ORTModule's output-schema forward: it runs before the export context and must not gather either.
+@contextlib.contextmanager
+def _exporting(flattened_module: torch.nn.Module) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(naming_export_failures(flattened_module))
+        if is_zero3_module(flattened_module):
+            stack.enter_context(during_export(flattened_module))
+            stack.enter_context(stood_in_for_export(flattened_module))
+        yield
 
-    It only reads the structure of the outputs and how many dimensions each has, so it runs on fake tensors: no
-    compute and no activations (a real forward holds the whole model's, logits included, before the trace runs it
-    again), and, where the model needs real values (a data-dependent branch, an op fake tensors lack), on real ones."""
+
+def exported_in_one_forward(original: Callable) -> Callable:
+    """Replaces `GraphTransitionManager._get_exported_model` for ZeRO-3 models: ORT runs a model's forward to read
+    its outputs' structure, then traces it, a second forward (MoE 87M at seq 512: 0.35 s of a 1.5-s export). Here the
+    trace is the only forward: torch reads the outputs' names and dynamic axes only once it has traced, so they are
+    filled in as the traced forward returns, and the structure is the one that forward kept. ORT's export cache
+    (ORTMODULE_CACHE_DIR) has no structure to give back without that forward: not used for ZeRO-3 models."""
 
     @functools.wraps(original)
-    def parse_outputs(flattened_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    def get_exported_model(**options: Any) -> tuple[onnx.ModelProto, Any]:
+        flattened_module = options["flattened_module"]
         if not is_zero3_module(flattened_module):
-            return original(flattened_module, *args, **kwargs)
-        with during_export(flattened_module), stood_in_for_export(flattened_module), external_params.discovering():
-            try:
-                with torch_internals.fake_tensors(), warnings.catch_warnings(), _buffers_kept(flattened_module):
-                    # ORTModule deep-copies the inputs, and torch's deepcopy asks a fake copy for its data pointer
-                    warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor", UserWarning)
-                    return original(flattened_module, *args, **kwargs)
-            except Exception as error:  # noqa: BLE001  (any failure on fake tensors: the real forward decides)
-                logger.debug("ort_zero: the output-schema forward needs real tensors (%s)", error)
-            return original(flattened_module, *args, **kwargs)
+            return original(**options)
+        if options["ortmodule_cache_dir"]:
+            _say_the_cache_is_unused()
+        model, found_external_params = _traced(flattened_module, options)
+        if found_external_params:  # registered now: their readers' bridges gather them in the graph traced again
+            model, _ = _traced(flattened_module, options)
+        return model, ortmodule.output_schema(flattened_module)
 
-    return parse_outputs
+    return get_exported_model
 
 
-@contextlib.contextmanager
-def _buffers_kept(module: torch.nn.Module) -> Iterator[None]:
-    """Puts back every buffer a forward on fake tensors replaced: a model that stores a converted buffer in its
-    forward (CTRL's `self.pos_encoding = self.pos_encoding.to(dtype)`, a copy in bf16) would keep a fake one, and the
-    trace would then meet it as a constant without data."""
-    kept = [(owner, name, buffer) for owner in module.modules() for name, buffer in owner.named_buffers(recurse=False)]
+@functools.cache
+def _say_the_cache_is_unused() -> None:
+    """Once per process (every export would repeat it)."""
+    logger.warning("ort_zero: ORTMODULE_CACHE_DIR is not used for ZeRO-3 models: each of their exports traces them")
+
+
+def _traced(flattened_module: torch.nn.Module, options: dict[str, Any]) -> tuple[onnx.ModelProto, bool]:
+    """The ONNX model torch's trace writes, and whether the trace found parameters read outside their modules."""
+    info = options["model_info_for_export"]
+    output_names: list[str] = []
+    dynamic_axes = copy.deepcopy(info.onnx_graph_input_dynamic_axes_map)
+
+    def name_outputs(module: torch.nn.Module, args: Any, outputs: list[torch.Tensor]) -> None:
+        for index, output in enumerate(outputs):
+            name = f"output-{index}"
+            output_names.append(name)
+            dynamic_axes[name] = {dim: f"{name}_dim{dim}" for dim in range(output.dim())}
+
+    exported = io.BytesIO()
+    inputs = copy.deepcopy(tuple(_detached(value) for value in options["flatten_module_inputs"]))
+    handle = flattened_module.register_forward_hook(name_outputs)
     try:
-        yield
+        with torch.no_grad(), _exporting(flattened_module), external_params.discovering() as discovery:
+            torch_compat.torchscript_export(
+                torch.onnx.export, flattened_module, inputs, exported,
+                input_names=info.onnx_graph_input_names, output_names=output_names, dynamic_axes=dynamic_axes,
+                opset_version=options["onnx_opset_version"], training=info.export_mode, do_constant_folding=False,
+                export_params=False, keep_initializers_as_inputs=True, verbose=options["torch_exporter_verbose_log"],
+                autograd_inlining=not options["enable_custom_autograd_function"], **info.export_extra_kwargs,
+            )  # fmt: skip
+    except Exception as error:
+        raise ortmodule.export_failure(error) from error
     finally:
-        for owner, name, buffer in kept:
-            setattr(owner, name, buffer)  # a registered buffer's name: set as that buffer again
+        handle.remove()
+    return onnx.load_model_from_string(exported.getvalue()), bool(discovery.found)
+
+
+def _detached(value: Any) -> Any:
+    """An input as the trace gets it: its data, asking for a gradient where the input does (the forward may change
+    its inputs in place: the trace runs on copies)."""
+    return value.detach().requires_grad_(value.requires_grad) if isinstance(value, torch.Tensor) else value
 
 
 def deep_clone_check(original: Callable) -> Callable:

@@ -14,6 +14,7 @@ import functools
 import importlib
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -57,11 +58,17 @@ def torchscript_export_for_ort(export: Any) -> Any:
         caller = sys._getframe(1).f_globals.get("__name__", "")
         if not caller.startswith("onnxruntime."):
             return export(*args, **kwargs)
-        kwargs.setdefault("dynamo", False)
-        with warnings.catch_warnings():
-            for message in EXPORTER_DEPRECATIONS:
-                warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
-            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-            return export(*args, **kwargs)
+        return torchscript_export(export, *args, **kwargs)
 
     return export_for_ort
+
+
+def torchscript_export(export: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`export(*args, **kwargs)` (torch.onnx.export) through the TorchScript exporter, its deprecation notes and the
+    tracer's warnings kept to themselves: how ORTModule's exports, ORT's and ort_zero's, call it."""
+    kwargs.setdefault("dynamo", False)
+    with warnings.catch_warnings():
+        for message in EXPORTER_DEPRECATIONS:
+            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        return export(*args, **kwargs)

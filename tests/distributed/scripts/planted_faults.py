@@ -39,7 +39,7 @@ def with_scaled_gradient(args: Any) -> torch.nn.Module:
 
 class PerturbedAt(torch.autograd.Function):
     """`tensor * factor` in the forward of one optimizer step, `tensor` in the others (in ORT: a PythonOp whose
-    forward runs at every step; the export's and the output-schema forward's calls are not steps)."""
+    forward runs at every step; the export's trace is not a step)."""
 
     forwards = 0
 

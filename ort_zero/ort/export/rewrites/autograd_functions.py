@@ -23,8 +23,8 @@ class _ModelNoGrad:
 
 def counting_no_grad(replaced: type) -> type:
     """`torch.no_grad` while a model is exported: the same context, and a block that HRM's modeling code enters (the
-    caller's module) is counted in `_ModelNoGrad`. ORT exports, and runs its output-schema forward, under no_grad
-    blocks of its own, so grad mode cannot tell the model's apart."""
+    caller's module) is counted in `_ModelNoGrad`. ORT exports under no_grad blocks of its own, so grad mode cannot
+    tell the model's apart."""
 
     class no_grad(replaced):  # noqa: N801 - torch's name
         def __enter__(self) -> None:
