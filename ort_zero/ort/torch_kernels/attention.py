@@ -8,6 +8,11 @@ PythonOp: its forward is torch's own call (on CPU the flash kernel, on CUDA what
 that kernel's backward, on what the kernel saved. The layer-wise recompute (`ORTMODULE_MEMORY_OPT_LEVEL` 1/2) runs it
 again in the backward (`RECOMPUTABLE`), as it re-runs the rest of a layer. A mask that is exactly causal runs as
 `is_causal`, as natively (`is_causal_mask`). `eager` attention never calls it.
+
+While a ZeRO-3 model is traced for its export, its partitioned weights are stand-ins of zeros (`ort.export.context`),
+and so are the values attention reads (a projection of zeros): its output is then zeros (save a row that sees no
+key), and the trace records the PythonOp, not what it computed; so the trace's attention is not run where the
+values are zeros (162M at seq 1024: 0.4 s of a 3.1-s trace).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ...hooks.export_mode import is_exporting
 from ..export.kept_graph import backward_through_graph, forward_keeping_graph
 from .context import wanted_grads
 from .failures import kernel_failure
@@ -40,6 +46,8 @@ class ScaledDotProductAttention(torch.autograd.Function):
         enable_gqa: bool,
     ) -> torch.Tensor:
         wanted_grads(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if is_exporting() and not value.any():  # values of zeros: the stand-ins' (`ort.export.context`)
+            return query.new_zeros((*query.shape[:-1], value.shape[-1]))
         if attn_mask is not None and attn_mask.dtype == torch.uint8:
             attn_mask = attn_mask.bool()  # ORT hands a bool tensor over DLPack as uint8, which sdpa refuses
         if attn_mask is not None and not is_causal and is_causal_mask(attn_mask, query.shape[-2], key.shape[-2]):

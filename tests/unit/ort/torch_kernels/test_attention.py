@@ -132,3 +132,26 @@ def test_eager_attention_is_exported_as_onnx_ops(train_step: TrainStep, tiny_lla
     result = train_step(lambda: tiny_llama("eager", use_cache=False), ("torch_kernels",))
     assert KERNEL not in result["record"]["python_ops"]
     assert seq_by_seq(result["kept"])
+
+
+def test_the_trace_runs_no_attention_on_values_of_zeros(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a ZeRO-3 model is exported its values are a projection of zero stand-ins: the output is what torch's
+    kernel gives on them, without the kernel; values that are not zeros are attended to."""
+    from ort_zero.hooks.export_mode import exporting
+    from ort_zero.ort.torch_kernels import attention
+
+    q, k = torch.randn(2, 4, 16, 8, dtype=torch.bfloat16), torch.randn(2, 2, 16, 8, dtype=torch.bfloat16)
+    zeros, v = torch.zeros(2, 2, 16, 6, dtype=torch.bfloat16), torch.randn(2, 2, 16, 6, dtype=torch.bfloat16)
+    calls: list[int] = []
+    kernel = attention._torch_attention
+    monkeypatch.setattr(attention, "_torch_attention", lambda *a, **o: calls.append(1) or kernel(*a, **o))
+    with exporting():
+        traced = ScaledDotProductAttention.apply(q, k, zeros, _mask("bool", 16), 0.0, False, None, True)
+        assert calls == []
+        attended = ScaledDotProductAttention.apply(q, k, v, _mask("bool", 16), 0.0, False, None, True)
+        assert calls == [1]
+    computed = torch.nn.functional.scaled_dot_product_attention(q, k, zeros, _mask("bool", 16), enable_gqa=True)
+    assert traced.dtype == computed.dtype and traced.shape == computed.shape == (2, 4, 16, 6)
+    torch.testing.assert_close(traced, computed, rtol=0, atol=0)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, _mask("bool", 16), enable_gqa=True)
+    torch.testing.assert_close(attended, expected)
