@@ -71,3 +71,24 @@ def test_other_losses_keep_orts(trains_as_pytorch: Callable) -> None:
     with patches.applied("torch_kernels"):
         record = trains_as_pytorch(ClassWeighted)
     assert KERNEL not in record["python_ops"]
+
+
+@pytest.mark.parametrize("mean", [True, False])
+def test_the_trace_computes_no_softmax_of_zero_logits(monkeypatch: pytest.MonkeyPatch, mean: bool) -> None:
+    """While a ZeRO-3 model is exported its logits are the stand-ins' zeros: the loss torch gives them, without the
+    log-softmax (0.04-0.08 s of a trace); logits that are not zeros get torch's."""
+    from ort_zero.hooks.export_mode import exporting
+
+    target = torch.tensor([3, -100, 7, 0])
+    calls: list[int] = []
+    log_softmax = torch.log_softmax
+    monkeypatch.setattr(torch, "log_softmax", lambda *a, **k: calls.append(1) or log_softmax(*a, **k))
+    zeros, logits = torch.zeros(4, 11), torch.randn(4, 11)
+    with exporting():
+        traced = CrossEntropyInTorch.apply(zeros, target, -100, mean)
+        assert calls == []
+        computed = CrossEntropyInTorch.apply(logits, target, -100, mean)
+        assert calls == [1]
+    reduction = "mean" if mean else "sum"
+    torch.testing.assert_close(traced, torch.nn.functional.cross_entropy(zeros, target, reduction=reduction))
+    torch.testing.assert_close(computed, torch.nn.functional.cross_entropy(logits, target, reduction=reduction))
