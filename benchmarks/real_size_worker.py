@@ -38,7 +38,7 @@ class _Mallinfo2(ctypes.Structure):
 
 def malloced_mib() -> float | None:
     """MiB malloc has handed out and not had back after a garbage collection (glibc's mallinfo2); None elsewhere.
-    (`ort_zero.ort.ortmodule.footprint.malloced_bytes` reads the same; the native run must not import ort_zero.)"""
+    (`ort_zero.memory.footprint.malloced_bytes` reads the same; the native run must not import ort_zero.)"""
     mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
     if mallinfo2 is None:
         return None

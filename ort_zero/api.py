@@ -6,7 +6,7 @@ import importlib.util
 import logging
 import os
 
-from . import patches, settings
+from . import patch_groups, patches, settings
 from .ort_import import prepare_for_ort
 
 logger = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
     """
     settings.check_environment()
     prepare_for_ort()
-    patches.apply_group("zero3")
+    patches.apply_group(patch_groups.ZERO3)
     from .distributed import quiet_deprecated_collectives, shut_down_at_exit  # imports DeepSpeed: not at import
 
     shut_down_at_exit()  # the process group (ort_zero's, DeepSpeed's or the Trainer's) ends in order at exit
@@ -35,7 +35,7 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
             # ORTModule's default silently runs PyTorch after an export error: numbers look right, nothing ran in ORT.
             os.environ["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
             logger.info("ort_zero: ORTModule fallback to PyTorch disabled (set ORTMODULE_FALLBACK_POLICY to allow)")
-        patches.apply_group("ort")
+        patches.apply_group(patch_groups.ORT)
     else:
         logger.warning("ort_zero: onnxruntime-training is not installed; ZeRO-3 runs through ort_zero in PyTorch only")
     if mem_efficient_grads is not None:
@@ -46,8 +46,8 @@ def enable_zero3(mem_efficient_grads: bool | None = None) -> None:
 
 def disable_zero3() -> None:
     """Restore every DeepSpeed and ORT symbol ort_zero replaced. Engines created meanwhile keep their hooks."""
-    patches.revert_group("ort")
-    patches.revert_group("zero3")
+    patches.revert_group(patch_groups.ORT)
+    patches.revert_group(patch_groups.ZERO3)
     settings.mem_efficient_grads = False
 
 
@@ -61,7 +61,7 @@ def enable_mem_efficient_grads(enabled: bool = True) -> None:
         raise RuntimeError("memory-efficient gradients need onnxruntime-training, which is not installed")
     settings.mem_efficient_grads = enabled
     if enabled:
-        patches.apply_group("ort")
+        patches.apply_group(patch_groups.ORT)
 
 
 def ort_training_installed() -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from . import patches
+from . import patch_groups, patches
 from .ort.ortmodule.console import quiet_imports
 from .stack.cuda_libraries import make_findable
 
@@ -28,7 +28,7 @@ ORT_PACKAGE = "onnxruntime"
 def prepare_for_ort() -> None:
     """Everything ORT's modules need from ort_zero before they run; once per process."""
     quiet_imports()
-    patches.apply_group("torch_onnx")
+    patches.apply_group(patch_groups.TORCH_ONNX)
     make_findable()
 
 

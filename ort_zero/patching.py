@@ -142,10 +142,17 @@ def register(patch: Patch, group: str) -> Patch:
     return patch
 
 
+def _names_in(group: str) -> list[str]:
+    """The patches of `group` (a name of `ort_zero.patch_groups`, or a model rewrite's); an error for any other."""
+    if group not in _GROUPS:
+        raise ValueError(f"ort_zero: no patch group '{group}' is declared (declared: {', '.join(sorted(_GROUPS))})")
+    return _GROUPS[group]
+
+
 def apply_group(group: str) -> None:
     """Apply every patch of a group; all-or-nothing, idempotent."""
     with _LOCK:
-        names = _GROUPS.get(group, [])
+        names = _names_in(group)
         patches = [_REGISTRY[name] for name in names]
         for patch in patches:
             patch.check_version()
@@ -164,7 +171,7 @@ def apply_group(group: str) -> None:
 def revert_group(group: str) -> None:
     """Restore every original of a group, in reverse order of application."""
     with _LOCK:
-        for name in reversed(_GROUPS.get(group, [])):
+        for name in reversed(_names_in(group)):
             patch = _REGISTRY[name]
             if patch.applied:
                 _revert(patch)
@@ -173,13 +180,13 @@ def revert_group(group: str) -> None:
 @contextlib.contextmanager
 def applied(group: str) -> Iterator[None]:
     """A group's patches for the duration of a block; patches already applied stay applied afterwards."""
-    already = {name for name in _GROUPS.get(group, []) if _REGISTRY[name].applied}
+    already = {name for name in _names_in(group) if _REGISTRY[name].applied}
     apply_group(group)
     try:
         yield
     finally:
         with _LOCK:
-            for name in reversed(_GROUPS.get(group, [])):
+            for name in reversed(_names_in(group)):
                 if name not in already and _REGISTRY[name].applied:
                     _revert(_REGISTRY[name])
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 PYTHON_OP = "PythonOp"
+PYTHON_OP_GRAD = "PythonOpGrad"
 MS_DOMAIN = "com.microsoft"
 
 # ORT reports an exception raised in a PythonOp's Python callback as its own RuntimeError ("Non-zero status code
@@ -89,6 +90,77 @@ def int_scalars(node: onnx.NodeProto) -> list[int]:
     if not scalars:
         raise RuntimeError(f"ort_zero: PythonOp {node.name} has no integer scalar inputs; it is not an ort_zero bridge")
     return scalars
+
+
+def context_of(node: onnx.NodeProto) -> str:
+    """ORT's autograd context of a PythonOp: its output 0, before its tensor outputs."""
+    return node.output[0]
+
+
+def gradient_context(node: onnx.NodeProto) -> str | None:
+    """The context a PythonOp's gradient node reads (its input 0); None for any other node."""
+    return node.input[0] if node.op_type == PYTHON_OP_GRAD and node.input else None
+
+
+def output_type(node: onnx.NodeProto, slot: int) -> tuple[int, int]:
+    """(rank, ONNX element type) of a PythonOp's or PythonOpGrad's output `slot` (a PythonOp's output 0 is its
+    context, which has none)."""
+    tensor_slot = slot - 1 if node.op_type == PYTHON_OP else slot
+    ranks, types = ints_attribute(node, "output_tensor_ranks"), ints_attribute(node, "output_tensor_types")
+    return ranks[tensor_slot], types[tensor_slot]
+
+
+def first_output(node: onnx.NodeProto) -> tuple[str, int, int]:
+    """The first output a PythonOp(Grad) computes, as (name, rank, ONNX element type): a value that exists only once
+    the node has run."""
+    slot = next(slot for slot, value in enumerate(node.output) if value and (slot or node.op_type != PYTHON_OP))
+    return (node.output[slot], *output_type(node, slot))
+
+
+def set_ints_attribute(node: onnx.NodeProto, name: str, values: list[int]) -> None:
+    from onnx import helper
+
+    for attribute in list(node.attribute):
+        if attribute.name == name:
+            node.attribute.remove(attribute)
+    node.attribute.append(helper.make_attribute(name, values))
+
+
+def make_python_op(
+    func: str,
+    node_name: str,
+    int_scalars: list[int],
+    inputs: list[tuple[str, int, int]],
+    outputs: list[tuple[str, int, int]],
+    training_mode: int = 1,
+    input_convention: str | None = None,
+) -> onnx.NodeProto:
+    """A PythonOp calling autograd Function `func` as `forward(ctx, *int_scalars, *inputs)`, or in the order of
+    `input_convention` ("c" an integer scalar, "d" a tensor, e.g. "cdcc").
+
+    `inputs` and `outputs` are (name, rank, ONNX element type); ORT adds the ctx as output 0 (named
+    `<node_name>_ctx`). With `training_mode=0` ORT runs it without autograd, as inside an inference graph.
+    """
+    convention = input_convention or "c" * len(int_scalars) + "d" * len(inputs)
+    from onnx import helper
+
+    return helper.make_node(
+        PYTHON_OP,
+        [name for name, _, _ in inputs],
+        [f"{node_name}_ctx", *(name for name, _, _ in outputs)],
+        node_name,
+        domain=MS_DOMAIN,
+        func_name=func,
+        input_convention=convention,
+        input_int_scalars=int_scalars,
+        input_int_scalar_positions=[i for i, kind in enumerate(convention) if kind == "c"],
+        input_tensor_ranks=[rank for _, rank, _ in inputs],
+        input_tensor_types=[elem_type for _, _, elem_type in inputs],
+        output_tensor_ranks=[rank for _, rank, _ in outputs],
+        output_tensor_types=[elem_type for _, _, elem_type in outputs],
+        training_mode=training_mode,
+        comment="",
+    )
 
 
 def onnx_dtype(dtype: torch.dtype) -> int:

@@ -29,19 +29,19 @@ def recompute_level() -> int:
 
 def trim_heap() -> bool:
     """Whether glibc's heap hands its free pages back to the OS at each layer's boundary and after each forward and
-    backward of an ORT session on CPU (ORT_ZERO_TRIM_HEAP, default 1; why: `ort_zero.zero3.heap`)."""
+    backward of an ORT session on CPU (ORT_ZERO_TRIM_HEAP, default 1; why: `ort_zero.memory.heap`)."""
     return _switch("ORT_ZERO_TRIM_HEAP", "trim, the default")
 
 
 def output_pool() -> bool:
     """Whether the linear layers ORT runs in torch on CPU write their outputs and kept inputs into buffers kept from
-    step to step (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.ort.torch_kernels.output_pool`)."""
+    step to step (ORT_ZERO_OUTPUT_POOL, default 1; why: `ort_zero.memory.output_pool`)."""
     return _switch("ORT_ZERO_OUTPUT_POOL", "keep the buffers, the default")
 
 
 def cpu_mem_arena() -> bool | None:
     """Whether ORT's sessions keep their CPU arena (ORT_ZERO_CPU_MEM_ARENA 1 or 0); None when unset: ort_zero
-    decides per session (`ort_zero.ort.ortmodule.graph_execution_manager.cpu_arena_kept`)."""
+    decides per session (`ort_zero.memory.arena`)."""
     if not os.environ.get("ORT_ZERO_CPU_MEM_ARENA", "").strip():
         return None
     return _switch("ORT_ZERO_CPU_MEM_ARENA", "keep it in every session")

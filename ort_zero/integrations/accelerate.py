@@ -22,7 +22,7 @@ import torch
 from accelerate import Accelerator, PartialState
 
 from .. import api
-from ..foreign import ortmodule
+from ..foreign import onnxruntime as ort_internals
 from .hf_trainer import UnsupportedInORT, in_ort
 
 
@@ -54,6 +54,6 @@ class ORTZeroAccelerator(Accelerator):
 
     @staticmethod
     def _in_ort(candidate: Any) -> Any:
-        if not isinstance(candidate, torch.nn.Module) or ortmodule.is_ort_module(candidate):
+        if not isinstance(candidate, torch.nn.Module) or ort_internals.is_ort_module(candidate):
             return candidate
         return in_ort(candidate)

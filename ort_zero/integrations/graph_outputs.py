@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..foreign import ortmodule
+from ..foreign import onnxruntime as ort_internals
 from ..hooks import SubscriberManager
 from ..hooks.statistics import ACTIVATION, StatisticsSubscriber
 
@@ -37,7 +37,7 @@ class GraphOutputs(StatisticsSubscriber):
 def record_outputs(ort_module: torch.nn.Module, keep: Callable[[str, torch.Tensor], None]) -> bool:
     """Have `keep(name, output)` called with every module output of `ort_module`'s model at every step; False, and
     nothing subscribed, when its graph has already been exported."""
-    if ortmodule.has_exported(ort_module):
+    if ort_internals.has_exported(ort_module):
         return False
     SubscriberManager().subscribe(ort_module.module, [GraphOutputs(keep)])
     return True

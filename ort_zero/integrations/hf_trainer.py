@@ -25,11 +25,11 @@ import torch
 from transformers import Trainer, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .. import api, disk_space, patches, settings
+from .. import api, disk_space, patch_groups, patches, settings
 from ..foreign import accelerate as accelerate_internals
 from ..foreign import transformers as transformers_internals
 from ..restarts import forget_group_addresses
-from ..zero3 import checkpointing
+from ..zero3 import activation_checkpointing
 from . import checkpoints, model_types, preemption
 
 
@@ -93,7 +93,7 @@ def recompute_instead_of_checkpointing(args: TrainingArguments, model: torch.nn.
     if not (args.activation_checkpointing or getattr(model, "is_activation_checkpointing", False)):
         return args
     settings.recompute_level_override = max(settings.recompute_level(), 1)
-    checkpointing.announce(settings.recompute_level_override)
+    activation_checkpointing.announce(settings.recompute_level_override)
     if not args.activation_checkpointing:
         return args
     args = copy.copy(args)
@@ -118,7 +118,7 @@ class ORTZeroTrainer(Trainer):
         api.enable_zero3()  # before deepspeed.initialize and ORTModule; disables ORTModule's silent fallback
         forget_group_addresses()  # a group the script started: a restarted torchrun attempt must not read them
         if "trl" in sys.modules:  # a TRL trainer (integrations/trl.py)
-            patches.apply_group(patches.TRL)
+            patches.apply_group(patch_groups.TRL)
         bound.arguments["args"] = recompute_instead_of_checkpointing(args, model)
         super().__init__(*bound.args, **bound.kwargs)
         checkpoints.check_space_before_saves(self)  # every rank stops before a save the disk has no room for

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..foreign import ortmodule
+from ..foreign import onnxruntime as ort_internals
 from ..python_op import function_name_of
 from .graph.widening import widened_record
 from .passes.backward_gather import forward_gathered_reads
@@ -24,13 +24,13 @@ def ort_run_record(model: torch.nn.Module) -> dict[str, Any]:
     kernel (`ort_zero.ort.passes.half_precision_casts`);
     for training, also the backward reads of ZeRO-3 parameters gathered in the forward (each keeps a gathered copy
     alive) and what ort_zero's layer-wise recompute applied (`ort_zero.ort.passes.recompute.recompute_record`)."""
-    ort_module = model if ortmodule.is_ort_module(model) else getattr(model, "module", model)
-    if not ortmodule.is_ort_module(ort_module):
+    ort_module = model if ort_internals.is_ort_module(model) else getattr(model, "module", model)
+    if not ort_internals.is_ort_module(ort_module):
         raise TypeError(f"{type(ort_module).__name__} is not an ORTModule")
     record = {}
     for mode, is_training in (("training", True), ("inference", False)):
-        manager = ortmodule.execution_manager(ort_module, training=is_training)
-        model_proto, session = ortmodule.optimized_model(manager), ortmodule.session(manager)
+        manager = ort_internals.execution_manager(ort_module, training=is_training)
+        model_proto, session = ort_internals.optimized_model(manager), ort_internals.session(manager)
         graph = model_proto.graph if model_proto else None
         record[mode] = {
             "session": session is not None,

@@ -1,7 +1,7 @@
 """The one registry of symbols ort_zero replaces in torch, DeepSpeed, transformers, ONNX Runtime and TRL.
 
 Every monkey patch in the package is declared in this package, one module per place it acts (`torch_onnx`: ORTModule
-importable on today's torch; `zero3`: DeepSpeed's engine; `ortmodule`: ORTModule's export, session and console;
+importable on today's torch; `zero3`: DeepSpeed's engine; `ort`: ORTModule's export, session and console;
 `export`: what is replaced only while a ZeRO-3 model is exported; `trl`), with what it replaces, why and for which
 versions (`declare`). The only other code in ort_zero that reads another package's private names or writes into its
 objects is `ort_zero.foreign` (tests/unit/foreign checks that nothing else reaches). How patches are applied and
@@ -26,10 +26,9 @@ from ..patching import (
     registered,
     revert_group,
 )
-from . import export, ortmodule, torch_onnx, trl, zero3
-from .trl import TRL
+from . import export, ort, torch_onnx, trl, zero3
 
 __all__ = [
-    "TRL", "Patch", "UnsupportedVersionError", "applied", "apply_group", "export", "fingerprint", "groups",
-    "is_applied", "original", "ortmodule", "register", "registered", "revert_group", "torch_onnx", "trl", "zero3",
+    "Patch", "UnsupportedVersionError", "applied", "apply_group", "export", "fingerprint", "groups",
+    "is_applied", "original", "ort", "register", "registered", "revert_group", "torch_onnx", "trl", "zero3",
 ]  # fmt: skip

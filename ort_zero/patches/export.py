@@ -5,14 +5,20 @@ users' checkpoints. Which groups an export enters: `ort_zero.ort.export.groups.d
 from __future__ import annotations
 
 from ..foreign import deepspeed as ds_internals
-from ..ort import torch_kernels
 from ..ort.export import autograd as export_autograd
 from ..ort.export import context as export_context
 from ..ort.export import promotion_casts as export_promotion_casts
 from ..ort.export import python_ops as export_python_ops
 from ..ort.export import rewrites as export_rewrites
 from ..ort.export import tuples as export_tuples
-from ..ort.export.groups import AUTOGRAD_FUNCTIONS, ORT_EXPORT, PYTHON_OPS, TORCH_EXPERTS, TORCH_KERNELS
+from ..ort.step import torch_kernels
+from ..patch_groups import (
+    EXPORT_AUTOGRAD_FUNCTIONS,
+    EXPORT_PYTHON_OPS,
+    ORT_EXPORT,
+    TORCH_KERNELS,
+    TORCH_KERNELS_EXPERTS,
+)
 from .declare import (
     ORTM,
     declared,
@@ -93,10 +99,10 @@ for _rewrite in export_rewrites.REWRITES:
 # Torch ops ORT cannot export or differentiate, run by torch in PythonOps while a ZeRO-3 model is exported
 # (ort_zero/ort/export/python_ops.py: each op, why, and the model types that need it).
 for _op in export_python_ops.PYTHON_OPS:
-    declared(PYTHON_OPS, _op)
+    declared(EXPORT_PYTHON_OPS, _op)
 
 # Attention and experts as torch's own kernels in PythonOps while a ZeRO-3 model is exported
-# (ort_zero/ort/torch_kernels/: what each saves, and how the layer-wise recompute re-runs them).
+# (ort_zero/ort/step/torch_kernels/: what each saves, and how the layer-wise recompute re-runs them).
 torch_patch(
     TORCH_KERNELS, "torch.sdpa_as_fused_kernel", "torch.nn.functional", "scaled_dot_product_attention",
     "torch's exporter writes scaled_dot_product_attention as MatMul + Softmax: ORT then keeps a heads x seq x seq "
@@ -139,7 +145,7 @@ torch_patch(
     torch_kernels.sum_in_torch,
 )  # fmt: skip
 transformers_patch(
-    TORCH_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",
+    TORCH_KERNELS_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",
     "get_interface",
     "transformers' experts implementations cannot be exported as they run: grouped_mm (the default) counts tokens "
     "per expert with torch.histc (no symbolic), eager loops over the routed experts in Python (the trace keeps one "
@@ -148,7 +154,7 @@ transformers_patch(
     torch_kernels.experts_in_torch, ("mixture-of-experts",),
 )  # fmt: skip
 
-# Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/checkpointing.py).
+# Users' checkpoints while a ZeRO-3 model is exported (why and how: ort_zero/zero3/activation_checkpointing.py).
 CHECKPOINT_POLICY = (
     "ORT cannot run a checkpoint: under ZeRO-3 it runs directly at ORTMODULE_MEMORY_OPT_LEVEL 1/2 (ort_zero's "
 )
@@ -156,13 +162,13 @@ CHECKPOINT_POLICY += "layer-wise recompute does its job), and stops the run with
 torch_patch(
     ORT_EXPORT, "torch.checkpoint_in_export", "torch.utils.checkpoint:CheckpointFunction", "apply",
     CHECKPOINT_POLICY + "every reentrant call arrives here, however checkpoint was bound",
-    deferred(lambda: ort_zero_module("zero3.checkpointing").torch_checkpoint_apply),
+    deferred(lambda: ort_zero_module("zero3.activation_checkpointing").torch_checkpoint_apply),
 )  # fmt: skip
 deepspeed_patch(
     ORT_EXPORT, "deepspeed.checkpoint_in_export",
     "deepspeed.runtime.activation_checkpointing.checkpointing:CheckpointFunction", "apply",
     CHECKPOINT_POLICY + "every call arrives here, however checkpoint was bound",
-    deferred(lambda: ort_zero_module("zero3.checkpointing").deepspeed_checkpoint_apply),
+    deferred(lambda: ort_zero_module("zero3.activation_checkpointing").deepspeed_checkpoint_apply),
 )  # fmt: skip
 ort_patch(
     ORT_EXPORT, "ort.checkpoint_wrappers_in_export", ORTM, "ORTMODULE_ONNX_EXPORT_CONTEXT",
@@ -174,8 +180,8 @@ ort_patch(
 # Autograd Functions of model and library code (TRL's, PhiMoE's, Reformer's, users'), exported while a ZeRO-3 model is
 # exported as PythonOps ORT can run: tensor outputs only, one gradient per input (ort_zero/ort/export/autograd.py).
 torch_patch(
-    AUTOGRAD_FUNCTIONS, "torch.autograd_function_with_tensor_outputs_in_export", "torch.autograd.function:Function",
-    "apply",
+    EXPORT_AUTOGRAD_FUNCTIONS, "torch.autograd_function_with_tensor_outputs_in_export",
+    "torch.autograd.function:Function", "apply",
     "ORT 1.19.2's PythonOp takes tensor outputs only and one gradient per input, present for each input it "
     "differentiates; PyTorch lets a Function return None or numbers (TRL's ChunkedLogProbFunction), None gradients "
     "(PhiMoE) and extra trailing Nones (Reformer). While ORTModule exports a ZeRO-3 model every Function but "

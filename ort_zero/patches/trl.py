@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ..declaration import Declaration
 from ..foreign.versions import TRL_VERSIONS
+from ..patch_groups import TRL
 from ..patching import Patch, register
 from .declare import deferred, ort_zero_module
 
-TRL = "trl"
 register(
     Patch(
         Declaration(
@@ -17,7 +17,7 @@ register(
             "ZeRO-3 parameters are gathered, the rest are full already",
             deferred(lambda: ort_zero_module("zero3.foreign_gathers").gathering_parameters_only),
         ),
-        "trl",
+        "trl",  # the distribution
         TRL_VERSIONS,
     ),
     TRL,

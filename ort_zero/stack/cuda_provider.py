@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..foreign import ortmodule
+from ..foreign import onnxruntime as ort_internals
 from . import cuda_libraries
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -28,9 +28,9 @@ def cuda_provider_required(original: Callable) -> Callable:
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
         original(self)
-        device = ortmodule.device(self)
+        device = ort_internals.device(self)
         if getattr(device, "type", device) == "cuda":
-            require_cuda_provider(ortmodule.session(self), str(device))
+            require_cuda_provider(ort_internals.session(self), str(device))
 
     return _create_execution_agent
 

@@ -207,9 +207,9 @@ def smoke() -> None:
     model = ORTModule(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)))
     loss = model(torch.randn(3, 4)).square().sum()
     loss.backward()
-    from ..foreign import ortmodule
+    from ..foreign import onnxruntime as ort_internals
 
-    if ortmodule.session(ortmodule.execution_manager(model, training=True)) is None:
+    if ort_internals.session(ort_internals.execution_manager(model, training=True)) is None:
         raise RuntimeError("ORTModule returned a result but no ORT session exists: it did not run in ONNX Runtime")
     print(f"[extensions] ORTModule smoke test passed in ONNX Runtime (loss {loss.item():.4f})")
 

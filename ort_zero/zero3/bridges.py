@@ -22,11 +22,14 @@ import torch
 from .. import python_op
 from ..hooks import is_exporting, passthrough
 from . import state as zero3_state
+from .bridge_nodes import BridgeNode
 
 
 @python_op.records_errors
 class StepStartBridge(torch.autograd.Function):
     """Start of a forward: DeepSpeed's parameter coordinator begins a new step (its trace, its prefetch queue)."""
+
+    SCALARS = ("key",)  # its PythonOp's integer arguments (`bridge_nodes`)
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -48,6 +51,8 @@ class PreForwardBridge(torch.autograd.Function):
     the module's ops read them, so their gradients come back here and are handed to PyTorch with
     DeepSpeed's gradient hooks while the parameters are still gathered (`grad_handoff`).
     """
+
+    SCALARS = ("key", "input_count")
 
     @staticmethod
     def forward(ctx: Any, key: int, input_count: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -83,8 +88,7 @@ class PreForwardBridge(torch.autograd.Function):
     @staticmethod
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
         """ORT shape inference: inputs pass through; the trailing outputs are full-sized parameters."""
-        key = python_op.int_scalars(node)[0]
-        params = zero3_state.lookup(key).bridged_params()
+        params = zero3_state.lookup(BridgeNode(node, PreForwardBridge).key).bridged_params()
         if params:
             start = len(shapes) - len(params)
             shapes = shapes[:start] + [list(p.ds_shape) for p in params]
@@ -94,13 +98,15 @@ class PreForwardBridge(torch.autograd.Function):
     @staticmethod
     def alias_input(node_proto: bytes) -> tuple[list, list]:
         """Module inputs pass through; the full-sized parameters after them are new tensors."""
-        passed_through = python_op.int_scalars(python_op.parse_node(node_proto))[1]
+        passed_through = BridgeNode(python_op.parse_node(node_proto), PreForwardBridge).input_count
         return python_op.alias_maps(node_proto, non_tensor_inputs=2, passed_through=passed_through)
 
 
 @python_op.records_errors
 class PostForwardBridge(torch.autograd.Function):
     """After a module's forward: release its parameters; before its backward: gather them again."""
+
+    SCALARS = ("key",)
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -5,7 +5,7 @@ in 2304 pages more than an all-reduce of it), every call. DeepSpeed's gradient p
 it scratch (the gradients, already divided in place, or a concatenation made for the call) whose own chunk is the
 output, so an all-reduce of the input in place leaves the same values in the output (the same sum over the same data)
 without that buffer: the size of all gradients per step (650 MB at 162M parameters), whose pages fault in again every
-step once freed memory goes back to the OS (ort_zero.ort.ortmodule.footprint). Any other call is DeepSpeed's.
+step once freed memory goes back to the OS (ort_zero.memory.footprint). Any other call is DeepSpeed's.
 """
 
 from __future__ import annotations

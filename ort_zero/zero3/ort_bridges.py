@@ -22,6 +22,8 @@ class BackwardParamsBridge(torch.autograd.Function):
     gather. The module's backward reads these outputs instead of the forward's copies, which ORT can then free right
     after the forward, as native ZeRO-3 does."""
 
+    SCALARS = ("key",)  # then one ds_id per parameter (`bridge_nodes`)
+
     @staticmethod
     def forward(ctx: Any, key: int, after_gather: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:
         return zero3_state.lookup(key).params_for_backward(ds_ids)
@@ -33,6 +35,8 @@ class RecomputeStartBridge(torch.autograd.Function):
     the recomputation (which reads the outputs) runs in the backward, when the region's backward starts, not in the
     forward."""
 
+    SCALARS = ("key",)
+
     @staticmethod
     def forward(ctx: Any, key: int, after: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # Copies, not views: a layer's inputs may share memory (e.g. rotary cos/sin), which ORT's alias maps reject.
@@ -43,6 +47,8 @@ class RecomputeStartBridge(torch.autograd.Function):
 class RecomputeParamsBridge(torch.autograd.Function):
     """Its tensor input is the module's first recomputed input, so that the gather happens when the recomputation
     reaches the module."""
+
+    SCALARS = ("key",)  # then one ds_id per parameter
 
     @staticmethod
     def forward(ctx: Any, key: int, after: torch.Tensor, *ds_ids: int) -> tuple[torch.Tensor, ...]:

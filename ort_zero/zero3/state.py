@@ -34,8 +34,9 @@ from deepspeed.utils import z3_leaf_module
 
 from ..foreign import deepspeed as ds_internals
 from ..foreign import torch as torch_internals
+from ..memory import heap
 from ..python_op import KeyedRegistry
-from . import grad_handoff, heap
+from . import grad_handoff
 
 
 class Phase(enum.Enum):

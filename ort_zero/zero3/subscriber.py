@@ -10,7 +10,7 @@ from deepspeed.runtime.zero.utils import is_zero_param
 from deepspeed.utils import z3_leaf_module
 
 from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
-from . import checkpointing, external_params
+from . import activation_checkpointing, external_params
 from . import state as zero3_state
 from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
 
@@ -60,9 +60,9 @@ class ZeROOffloadSubscriber(SubscriberBase):
             external_params.entered(module_state)
         flat = flatten((args, kwargs))
         carried = Carried(flat.tensors)
-        if is_exporting() and (running := checkpointing.running_checkpoint()):
+        if is_exporting() and (running := activation_checkpointing.running_checkpoint()):
             # what the export-time patches cannot see (a non-reentrant checkpoint) meets the same policy here
-            checkpointing.on_checkpoint(running)
+            activation_checkpointing.on_checkpoint(running)
         # Only an export passes the parameters: their graph inputs then flow through the bridge for the rewrite.
         params = module_state.bridged_params() if is_exporting() else []
         if not carried.tensors and not params:

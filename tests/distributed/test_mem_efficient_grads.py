@@ -10,7 +10,7 @@ import pytest
 from launcher import free_port, run_launcher, torchrun_cmd
 from parity import assert_ran_in_ort, assert_same_params, assert_same_training, train
 
-RETRIEVAL = "ort_zero.ort.step_functions.ParamRetrieval"
+RETRIEVAL = "ort_zero.ort.step.functions.ParamRetrieval"
 
 
 STAGE_1 = pytest.param(1, "base", marks=pytest.mark.extended)  # DeepSpeed runs stages 1 and 2 with one optimizer class

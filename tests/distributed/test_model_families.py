@@ -6,7 +6,7 @@ family), so the suite pays the start-up once per launch; the six without an expo
 in the extended set.
 
 Mixture-of-experts families (gpt_oss, deepseek_v3, qwen3_moe, mixtral, jamba) run transformers' default
-experts implementation (grouped_mm) in torch inside a PythonOp (ort_zero/ort/torch_kernels/experts.py): every rank
+experts implementation (grouped_mm) in torch inside a PythonOp (ort_zero/ort/step/torch_kernels/experts.py): every rank
 gathers every expert's weights whatever its tokens' routing, so ranks routing differently cannot hang in ZeRO-3's
 gathers. sdpa attention runs as torch's fused kernel in a PythonOp (torch_kernels/attention.py); eager attention is
 exported as ONNX ops. OLMo is here for
@@ -44,8 +44,8 @@ DEFAULT_ATTENTION = {"gpt_oss": "eager"}
 STEPS = 4
 TOLERANCE = 1e-5
 BRIDGES = {"ort_zero.zero3.bridges.PreForwardBridge", "ort_zero.zero3.bridges.PostForwardBridge"}
-ATTENTION_KERNEL = "ort_zero.ort.torch_kernels.attention.ScaledDotProductAttention"
-EXPERTS_KERNEL = "ort_zero.ort.torch_kernels.experts.ExpertsInTorch"
+ATTENTION_KERNEL = "ort_zero.ort.step.torch_kernels.attention.ScaledDotProductAttention"
+EXPERTS_KERNEL = "ort_zero.ort.step.torch_kernels.experts.ExpertsInTorch"
 # The families whose experts class uses transformers' experts implementations (`use_experts_implementation`; Llama
 # 4's experts multiply every token by every expert, with no routing to export).
 MOE = {"gpt_oss", "deepseek_v3", "qwen3_moe", "mixtral", "jamba"}

@@ -57,7 +57,7 @@ def test_plain_loop_follows_native_and_keeps_zero3s_dtypes(tmp_path: Path, preci
         assert native["skipped_steps"] > 0, "no step overflowed: the loss scaler's skip was not exercised"
 
 
-KERNELS = "ort_zero.ort.torch_kernels.elementwise"  # the PythonOps of the MLP's SiLU and product in torch
+KERNELS = "ort_zero.ort.step.torch_kernels.elementwise"  # the PythonOps of the MLP's SiLU and product in torch
 
 
 def trainer(out: Path, *options: str) -> dict:

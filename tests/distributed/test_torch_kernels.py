@@ -14,8 +14,8 @@ from launcher import free_port, run_launcher, torchrun_cmd
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "scripts" / "train_families.py"
 LAYERS = 2  # ort_zero.examples.train_hf's default for a tiny model
-ATTENTION = "ort_zero.ort.torch_kernels.attention.ScaledDotProductAttention"
-EXPERTS = "ort_zero.ort.torch_kernels.experts.ExpertsInTorch"
+ATTENTION = "ort_zero.ort.step.torch_kernels.attention.ScaledDotProductAttention"
+EXPERTS = "ort_zero.ort.step.torch_kernels.experts.ExpertsInTorch"
 
 
 def test_attention_and_experts_recomputed_at_level_1_train_as_native(tmp_path: Path) -> None:

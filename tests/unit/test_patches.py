@@ -186,6 +186,27 @@ def test_groups_are_independent_and_names_unique(target: types.ModuleType) -> No
     patches.revert_group("one")
 
 
+def test_a_group_no_patch_declares_is_refused(target: types.ModuleType) -> None:
+    """A misspelt group name applied nothing, silently: now it names the groups there are."""
+    declare("f", MODULE, "greet")
+    for use in (patches.apply_group, patches.revert_group, lambda group: patches.applied(group).__enter__()):
+        with pytest.raises(ValueError, match="no patch group 'gg' is declared .*g"):
+            use("gg")
+    assert not patches.is_applied("f")
+
+
+def test_the_package_applies_its_groups_by_the_names_it_declares() -> None:
+    """Every group name in `ort_zero.patch_groups` has patches declared under it, and no other name does except the
+    model rewrites' own groups."""
+    from ort_zero import patch_groups
+    from ort_zero.ort.export.rewrites import REWRITES
+
+    named = {value for name, value in vars(patch_groups).items() if name.isupper()}
+    declared = set(patches.groups())
+    assert named <= declared, named - declared
+    assert declared - named == {rewrite.group for rewrite in REWRITES}
+
+
 def test_importing_patches_imports_neither_deepspeed_nor_onnxruntime() -> None:
     """The declarations must stay lazy: `ort-zero doctor` and the PyTorch path rely on it."""
     code = "import sys, ort_zero.patches; print(any(m in sys.modules for m in ('deepspeed', 'onnxruntime')))"

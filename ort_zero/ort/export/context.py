@@ -26,8 +26,7 @@ from typing import Any
 import torch
 
 from ...hooks import exporting
-
-_STAND_IN_BUFFERS: set[int] = set()  # data pointers of the buffers of the exports running now
+from ...hooks.export_mode import is_stand_in, standing_in
 
 
 def zero3_named_params(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
@@ -47,11 +46,6 @@ def zeros_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
         private = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         return torch.frombuffer(private, dtype=torch.uint8)
     return torch.zeros(nbytes, dtype=torch.uint8, device=device)
-
-
-def is_stand_in(tensor: torch.Tensor) -> bool:
-    """A stand-in, or a detached alias of one (the exporter detaches its parameters)."""
-    return tensor.untyped_storage().data_ptr() in _STAND_IN_BUFFERS
 
 
 def shape_inference_without_stand_ins(infer_shapes: Callable[..., None]) -> Callable[..., None]:
@@ -82,17 +76,14 @@ def stood_in_for_export(module: torch.nn.Module) -> Iterator[None]:
     for param in params:
         largest[param.device] = max(largest.get(param.device, 0), _full_nbytes(param))
     buffers = {device: zeros_buffer(nbytes, device) for device, nbytes in largest.items()}
-    pointers = {buffer.untyped_storage().data_ptr() for buffer in buffers.values()}
     for param in params:
         flat = buffers[param.device][: _full_nbytes(param)].view(param.dtype)
         param.data = flat.view(param.ds_shape)
         param.ds_status = ZeroParamStatus.AVAILABLE
-    _STAND_IN_BUFFERS.update(pointers)
     try:
-        with exporting():
+        with standing_in(list(buffers.values())), exporting():
             yield
     finally:
-        _STAND_IN_BUFFERS.difference_update(pointers)
         for param, data in zip(params, originals, strict=True):
             param.data = data
             param.ds_status = ZeroParamStatus.NOT_AVAILABLE

@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from ...declaration import Declaration
-from ...foreign import ortmodule as ort_internals
+from ...foreign import onnxruntime as ort_internals
 
 _QWEN3_5 = ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text")
 

@@ -13,24 +13,25 @@ from collections.abc import Iterator
 
 import torch
 
+from ...patch_groups import (
+    EXPORT_AUTOGRAD_FUNCTIONS,
+    EXPORT_PYTHON_OPS,
+    ORT_EXPORT,
+    TORCH_KERNELS,
+    TORCH_KERNELS_EXPERTS,
+)
 from ...patching import applied
 from . import rewrites
-
-ORT_EXPORT = "ort_export"
-PYTHON_OPS = "export_python_ops"
-TORCH_KERNELS = "torch_kernels"
-TORCH_EXPERTS = "torch_kernels_experts"
-AUTOGRAD_FUNCTIONS = "export_autograd_functions"
 
 
 @contextlib.contextmanager
 def during_export(module: torch.nn.Module) -> Iterator[None]:
     """The export-time groups, applied while `module` is exported (or its output schema read)."""
     with contextlib.ExitStack() as stack:
-        for group in (ORT_EXPORT, AUTOGRAD_FUNCTIONS, PYTHON_OPS, TORCH_KERNELS):
+        for group in (ORT_EXPORT, EXPORT_AUTOGRAD_FUNCTIONS, EXPORT_PYTHON_OPS, TORCH_KERNELS):
             stack.enter_context(applied(group))
         if "transformers.integrations.moe" in sys.modules:  # a model of transformers' experts may be exported
-            stack.enter_context(applied(TORCH_EXPERTS))
+            stack.enter_context(applied(TORCH_KERNELS_EXPERTS))
         for group in rewrites.groups_for(module):
             stack.enter_context(applied(group))
         yield

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ...declaration import Declaration
-from ...foreign import ortmodule as ort_internals
+from ...foreign import onnxruntime as ort_internals
 from . import symbolics as export_symbolics
 from .einsum import einsum_symbolic
 from .masked_fill import bool_masked_fill

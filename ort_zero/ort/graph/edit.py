@@ -7,10 +7,9 @@ from collections.abc import Iterable
 
 import onnx
 import torch
-from onnx import helper
 
-from ...foreign import ortmodule
-from ...python_op import MS_DOMAIN, PYTHON_OP, function_name, function_name_of, ints_attribute, onnx_dtype
+from ...foreign import onnxruntime as ort_internals
+from ...python_op import function_name, function_name_of, ints_attribute, make_python_op, set_ints_attribute
 
 
 def is_zero3_graph(graph: onnx.GraphProto) -> bool:
@@ -30,13 +29,6 @@ def replace_input_uses(nodes: Iterable[onnx.NodeProto], old: str, new: str) -> N
         for index, name in enumerate(node.input):
             if name == old:
                 node.input[index] = new
-
-
-def set_ints_attribute(node: onnx.NodeProto, name: str, values: list[int]) -> None:
-    for attribute in list(node.attribute):
-        if attribute.name == name:
-            node.attribute.remove(attribute)
-    node.attribute.append(helper.make_attribute(name, values))
 
 
 def retype_python_op_input(node: onnx.NodeProto, index: int, rank: int, elem_type: int) -> None:
@@ -61,57 +53,6 @@ def make_trigger_python_op(
     )
 
 
-def make_python_op(
-    func: str,
-    node_name: str,
-    int_scalars: list[int],
-    inputs: list[tuple[str, int, int]],
-    outputs: list[tuple[str, int, int]],
-    training_mode: int = 1,
-    input_convention: str | None = None,
-) -> onnx.NodeProto:
-    """A PythonOp calling autograd Function `func` as `forward(ctx, *int_scalars, *inputs)`, or in the order of
-    `input_convention` ("c" an integer scalar, "d" a tensor, e.g. "cdcc").
-
-    `inputs` and `outputs` are (name, rank, ONNX element type); ORT adds the ctx as output 0 (named
-    `<node_name>_ctx`). With `training_mode=0` ORT runs it without autograd, as inside an inference graph.
-    """
-    convention = input_convention or "c" * len(int_scalars) + "d" * len(inputs)
-    return helper.make_node(
-        PYTHON_OP,
-        [name for name, _, _ in inputs],
-        [f"{node_name}_ctx", *(name for name, _, _ in outputs)],
-        node_name,
-        domain=MS_DOMAIN,
-        func_name=func,
-        input_convention=convention,
-        input_int_scalars=int_scalars,
-        input_int_scalar_positions=[i for i, kind in enumerate(convention) if kind == "c"],
-        input_tensor_ranks=[rank for _, rank, _ in inputs],
-        input_tensor_types=[elem_type for _, _, elem_type in inputs],
-        output_tensor_ranks=[rank for _, rank, _ in outputs],
-        output_tensor_types=[elem_type for _, _, elem_type in outputs],
-        training_mode=training_mode,
-        comment="",
-    )
-
-
-def make_params_bridge(
-    func: type[torch.autograd.Function], node_name: str, key: int, params: list, after: tuple[str, int, int]
-) -> onnx.NodeProto:
-    """A PythonOp of an ORT-only bridge (`func`) that runs once the value `after` (name, rank, element type) exists
-    and outputs module `key`'s `params` gathered: `forward(ctx, key, after, *ds_ids)`, without autograd."""
-    return make_python_op(
-        function_name(func),
-        node_name,
-        int_scalars=[key, *(p.ds_id for p in params)],
-        inputs=[after],
-        outputs=[(f"{node_name}_{j}", len(p.ds_shape), onnx_dtype(p.dtype)) for j, p in enumerate(params)],
-        training_mode=0,
-        input_convention="cd" + "c" * len(params),
-    )
-
-
 def register_function(cls: type[torch.autograd.Function]) -> None:
     """Make an autograd Function that no trace has seen (one a pass inserts) callable from ORT PythonOps."""
-    ortmodule.register_autograd_function(function_name(cls), cls)
+    ort_internals.register_autograd_function(function_name(cls), cls)

@@ -14,7 +14,7 @@ import onnx
 
 from ...hooks.passthrough import PythonOpKey
 from ...hooks.statistics import EndStep, RecordStatistics
-from ...python_op import function_name, function_name_of, ints_attribute
+from ...python_op import context_of, function_name, function_name_of, gradient_context, ints_attribute
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
 
 PASS_THROUGH_FUNCTIONS = frozenset(
@@ -87,14 +87,14 @@ class GradientPaths:
         for node in graph.node:
             for name in node.input:
                 consumers.setdefault(name, []).append(node)
-        maps = {node.output[0]: ints_attribute(node, REUSE) for node in graph.node if is_pass_through(node)}
+        maps = {context_of(node): ints_attribute(node, REUSE) for node in graph.node if is_pass_through(node)}
         return cls(consumers, maps)
 
     def passed_on(self, value: str, node: onnx.NodeProto) -> list[str] | None:
         """What `node` makes of `value` unchanged, or None where it computes with it."""
         if is_op(node, "Identity"):
             return [node.output[0]]
-        forward_map = self.alias_maps.get(node.input[0]) if node.op_type == "PythonOpGrad" else None
+        forward_map = self.alias_maps.get(gradient_context(node) or "")
         if forward_map is None:
             return None
         made = []

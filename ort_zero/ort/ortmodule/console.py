@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ...foreign import ortmodule
+from ...foreign import onnxruntime as ort_internals
 
 # ORT's own phrases, matched in the records of its logger.
 NOT_DEEP_COPIED = "Since the user requested not to deep copy this model"
@@ -124,9 +124,9 @@ def feature_table_unless_zero3(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def _log_feature_stats(self: Any) -> None:
-        if not is_zero3_module(ortmodule.flattened_module(self)):
+        if not is_zero3_module(ort_internals.flattened_module(self)):
             return original(self)
-        ortmodule.manager_logger(self).info(
+        ort_internals.manager_logger(self).info(
             "ort_zero: ORT's feature table is not shown for a ZeRO-3 model (its ZeRO Stage3 and Memory Optimizer rows "
             "describe ORT's own code, which ort_zero replaces); what ran: ort_zero.ort.inspection.ort_run_record"
         )

@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 
-from ... import settings
-from ...foreign import ortmodule
-from ...stack.cuda_provider import cuda_provider_required
+from ...foreign import onnxruntime as ort_internals
+from ...memory import arena
 from ..graph.widening import declares_16_bit, widened_record
 from ..passes.half_precision_casts import UnsupportedOpError, missing_kernel_message, node_location
 from ..passes.recompute import recompute_record
@@ -45,11 +44,11 @@ def loud_fallback(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def fallback(self: Any, log_level: Any, *inputs: Any, **kwargs: Any) -> Any:
-        if (plans := ortmodule.kept_for_fallback(self, "buffer_plans")) is not None:
+        if (plans := ort_internals.kept_for_fallback(self, "buffer_plans")) is not None:
             plans.forget()
-        if not ortmodule.mark(self, "announced"):
+        if not ort_internals.mark(self, "announced"):
             rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else os.environ.get("RANK", 0)
-            error = ortmodule.fallback_exception(self)
+            error = ort_internals.fallback_exception(self)
             message = (
                 f"ort_zero: rank {rank}: ORTModule FELL BACK TO PYTORCH ({type(error).__name__}: "
                 f"{error}). This model is not running in ONNX Runtime. Unset ORTMODULE_FALLBACK_POLICY "
@@ -82,34 +81,30 @@ def session_options(original: Callable) -> Callable:
         if prefix := profile_prefix():
             session_options.enable_profiling = True
             session_options.profile_file_prefix = prefix
-        if ortmodule.device(self).type == "cpu":  # CUDA's sessions keep sharing their cached providers
-            ortmodule.forget_cpu_provider()
+        if ort_internals.device(self).type == "cpu":  # CUDA's sessions keep sharing their cached providers
+            ort_internals.forget_cpu_provider()
         return session_options, providers, provider_options
 
     return _get_session_config
 
 
 def cpu_arena_kept(manager: Any) -> bool:
-    """ORT_ZERO_CPU_MEM_ARENA when set. Otherwise the arena stays, but not for a CPU graph that recomputes its layers
-    (ORTMODULE_MEMORY_OPT_LEVEL, the Trainer's gradient checkpointing) nor for a 16-bit model's: the arena never
-    hands memory back, so it would hold the step's high-water mark through DeepSpeed's optimizer step, where the
-    recompute lowers the peak and where a 16-bit model's step peaks (measured in docs/benchmarks.md). Like torch's
-    CPU tensors, ORT's then come from glibc's heap, whose trims hand them back."""
-    if (chosen := settings.cpu_mem_arena()) is not None:
-        return chosen
-    if ortmodule.device(manager).type != "cpu":
-        return True
-    graph = graph_of(manager)
-    because = ("the graph recomputes layers" if recompute_record(graph)["layers"]
-               else "the model is 16-bit" if declares_16_bit(graph) else None)  # fmt: skip
+    """Whether the manager's session keeps ORT's CPU arena (`memory.arena` decides from the graph it will run)."""
+    on_cpu = ort_internals.device(manager).type == "cpu"
+    graph = graph_of(manager) if on_cpu else None
+    kept, because = arena.cpu_arena_kept(
+        on_cpu,
+        recomputes_layers=on_cpu and bool(recompute_record(graph)["layers"]),
+        sixteen_bit=on_cpu and declares_16_bit(graph),
+    )
     if because:
         logger.info("ort_zero: ORT's CPU arena off: %s (ORT_ZERO_CPU_MEM_ARENA=1 keeps it)", because)
-    return because is None
+    return kept
 
 
 def graph_of(manager: Any) -> Any:
     """The graph the manager's session is about to run (None before ORTModule built one)."""
-    model = ortmodule.optimized_model(manager)
+    model = ort_internals.optimized_model(manager)
     return model.graph if model is not None else None
 
 
@@ -141,9 +136,9 @@ def profile_written_at_exit(original: Callable) -> Callable:
         if not profile_prefix():
             original(self)
             return
-        with ortmodule.memory_probe_unprofiled(self):
+        with ort_internals.memory_probe_unprofiled(self):
             original(self)
-        atexit.register(_end_profiling, weakref.ref(ortmodule.session(self)))
+        atexit.register(_end_profiling, weakref.ref(ort_internals.session(self)))
 
     return _create_execution_agent
 
@@ -191,14 +186,8 @@ def ort_refusals_named(original: Callable) -> Callable:
         try:
             return original(self, *args, **kwargs)
         except Exception as error:
-            if (message := refusal_named(error, ortmodule.device(self).type)) is None:
+            if (message := refusal_named(error, ort_internals.device(self).type)) is None:
                 raise
             raise UnsupportedOpError(message) from None
 
     return building
-
-
-def inference_execution_agent(original: Callable) -> Callable:
-    """The replacement of `InferenceManager._create_execution_agent`: the CUDA provider required where the model is
-    on CUDA (`stack.cuda_provider`), the profile written at exit, a node ORT has no kernel for named in one line."""
-    return ort_refusals_named(profile_written_at_exit(cuda_provider_required(original)))

@@ -19,7 +19,7 @@ import onnx
 import torch
 
 from ... import settings
-from ...foreign import ortmodule
+from ...foreign import onnxruntime as ort_internals
 from ...zero3 import external_params
 from ..export.context import is_zero3_module, stood_in_for_export
 from ..export.errors import naming_export_failures
@@ -74,7 +74,7 @@ def exported_in_one_forward(original: Callable) -> Callable:
         model, found_external_params = _traced(flattened_module, options)
         if found_external_params:  # registered now: their readers' bridges gather them in the graph traced again
             model, _ = _traced(flattened_module, options)
-        return model, ortmodule.output_schema(flattened_module)
+        return model, ort_internals.output_schema(flattened_module)
 
     return get_exported_model
 
@@ -110,7 +110,7 @@ def _traced(flattened_module: torch.nn.Module, options: dict[str, Any]) -> tuple
                 autograd_inlining=not options["enable_custom_autograd_function"], **info.export_extra_kwargs,
             )  # fmt: skip
     except Exception as error:
-        raise ortmodule.export_failure(error) from error
+        raise ort_internals.export_failure(error) from error
     finally:
         handle.remove()
     return onnx.load_model_from_string(exported.getvalue()), bool(discovery.found)
@@ -175,16 +175,16 @@ def post_export_process(original: Callable) -> Callable:
             logger,
         )
         exported = ExportedGraph(
-            model=ortmodule.post_export_model(info),
+            model=ort_internals.post_export_model(info),
             module=flatten_module,
             training=export_mode == torch.onnx.TrainingMode.TRAINING,
             mem_efficient_grads=enable_mem_efficient_grad_management or settings.mem_efficient_grads,
         )
         run_export_passes(exported)
         if exported.mem_efficient_order:
-            ortmodule.order_for_mem_efficient_grads(info)
+            ort_internals.order_for_mem_efficient_grads(info)
         if exported.removed_inputs:
-            ortmodule.add_graph_input(
+            ort_internals.add_graph_input(
                 info,
                 TRIGGER_NAME,
                 exported.removed_inputs,

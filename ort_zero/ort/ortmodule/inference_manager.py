@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ...foreign import ortmodule
+from ...foreign import onnxruntime as ort_internals
 from ..passes import half_precision_casts
 
 
@@ -21,8 +21,10 @@ def graph_built(original: Callable) -> Callable:
     @functools.wraps(original)
     def _build_graph(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        model = ortmodule.optimized_model(self)
-        half_precision_casts.widen_unsupported(model.graph, ortmodule.device(self).type, list(model.opset_import)).log()
+        model = ort_internals.optimized_model(self)
+        half_precision_casts.widen_unsupported(
+            model.graph, ort_internals.device(self).type, list(model.opset_import)
+        ).log()
         return result
 
     return _build_graph

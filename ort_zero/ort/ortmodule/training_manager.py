@@ -14,13 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import settings
-from ...foreign import ortmodule
-from ...stack.cuda_provider import cuda_provider_required
+from ...foreign import onnxruntime as ort_internals
+from ...memory.footprint import trim_after_each_backward, trim_training_manager
 from ..graph.edit import is_zero3_graph
 from ..passes.base import TrainingGraph
 from ..passes.pipeline import run_training_graph_passes
-from .footprint import trim_after_each_backward, trim_training_manager
-from .graph_execution_manager import ort_refusals_named, profile_written_at_exit
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +33,14 @@ def graph_optimizers(original: Any) -> Any:
     def optimize_all(cls: type, module_name: str, device: str, graph: Any) -> None:
         original.__get__(None, cls)(module_name, device, graph)
         manager = _BUILDING.get()
-        model = ortmodule.optimized_model(manager) if manager is not None else None
+        model = ort_internals.optimized_model(manager) if manager is not None else None
         opsets = tuple(model.opset_import) if model is not None else ()
         training = TrainingGraph(graph, settings.recompute_level(), device, opsets)
         run_training_graph_passes(training)
         if manager is not None:
-            ortmodule.give_scalar_output_grads(manager, training.scalar_output_grads)
+            ort_internals.give_scalar_output_grads(manager, training.scalar_output_grads)
             # this model's earlier graph is gone: its plans go (the new graph's plans for the same PythonOps stay)
-            previous = ortmodule.keep_for_fallback(manager, "buffer_plans", training.buffer_plans)
+            previous = ort_internals.keep_for_fallback(manager, "buffer_plans", training.buffer_plans)
             if previous is not None:
                 previous.forget()
 
@@ -74,8 +72,8 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def _create_execution_agent(self: Any) -> None:
-        level, plans = ortmodule.memory_optimizer_requested(self)
-        model = ortmodule.optimized_model(self)
+        level, plans = ort_internals.memory_optimizer_requested(self)
+        model = ort_internals.optimized_model(self)
         if model is None or not is_zero3_graph(model.graph):
             original(self)
             return
@@ -86,8 +84,8 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
                     "parameters gathered in the forward); use ORTMODULE_MEMORY_OPT_LEVEL=1 for ort_zero's "
                     "layer-wise recompute"
                 )
-            ortmodule.turn_memory_optimizer_off(self)
-        with ortmodule.memory_probe_skipped(self):
+            ort_internals.turn_memory_optimizer_off(self)
+        with ort_internals.memory_probe_skipped(self):
             original(self)
 
     return _create_execution_agent
@@ -95,7 +93,7 @@ def zero3_memory_optimizer_off(original: Callable) -> Callable:
 
 def footprint_trimmed(original: Callable) -> Callable:
     """Wraps `TrainingManager._create_execution_agent`: once the session exists, what ORTModule keeps beyond its
-    needs goes (`ort_zero.ort.ortmodule.footprint`: its graph builder, its graphs' dead protobuf memory, the export's
+    needs goes (`ort_zero.memory.footprint`: its graph builder, its graphs' dead protobuf memory, the export's
     heap), and on the CPU its autograd Function trims the heap after each backward. That change to the Function stays
     with the model when ort_zero is disabled."""
 
@@ -103,16 +101,7 @@ def footprint_trimmed(original: Callable) -> Callable:
     def _create_execution_agent(self: Any) -> None:
         original(self)
         trim_training_manager(self)
-        if ortmodule.device(self).type == "cpu":  # where the step's tensors live in glibc's heap
+        if ort_internals.device(self).type == "cpu":  # where the step's tensors live in glibc's heap
             trim_after_each_backward(self)
 
     return _create_execution_agent
-
-
-def execution_agent(original: Callable) -> Callable:
-    """The replacement of `TrainingManager._create_execution_agent`: the CUDA provider required where the model is
-    on CUDA (`stack.cuda_provider`), ORT's memory optimizer off for a ZeRO-3 graph, the footprint trimmed after, the
-    profile (ORT_ZERO_ORT_PROFILE) written at exit, a node ORT has no kernel for named in one line."""
-    return ort_refusals_named(
-        profile_written_at_exit(cuda_provider_required(footprint_trimmed(zero3_memory_optimizer_off(original))))
-    )

@@ -27,18 +27,17 @@ import torch
 from deepspeed.runtime.zero.partition_parameters import register_external_parameter
 from onnx import helper
 
-from ...python_op import function_name, function_name_of, ints_attribute
+from ...python_op import first_output, gradient_context
 from ...zero3 import state as zero3_state
+from ...zero3.bridge_nodes import BridgeNode
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
 from ...zero3.ort_bridges import BackwardParamsBridge
 from ...zero3.state import fetched_params
-from ..graph.edit import is_zero3_graph, make_params_bridge, register_function
+from ..graph.edit import is_zero3_graph, register_function
 from ..graph.training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 from .base import GraphPass, TrainingGraph
 
 logger = logging.getLogger(__name__)
-
-_GRAD_OP = "PythonOpGrad"
 
 
 @dataclass
@@ -154,14 +153,12 @@ class _Origin:
 def _forward_gathered(view: TrainingGraphView) -> dict[str, _Origin]:
     """Values that are forward-gathered parameters (PreForwardBridge outputs), views/casts of them, and (outside
     the forward) their shapes."""
-    pre_name = function_name(PreForwardBridge)
     origins: dict[str, _Origin] = {}
     for i in view.order:
         node = view.nodes[i]
-        if function_name_of(node) == pre_name and i in view.forward:
-            key, input_count = ints_attribute(node, "input_int_scalars")[:2]
-            params = zero3_state.lookup(key).bridged_params()
-            for param, value in zip(params, node.output[1 + input_count :], strict=True):
+        if (bridge := BridgeNode.of(node, PreForwardBridge)) is not None and i in view.forward:
+            params = zero3_state.lookup(bridge.key).bridged_params()
+            for param, value in zip(params, bridge.param_outputs, strict=True):
                 origins[value] = _Origin(param)
         elif (
             node.input
@@ -201,16 +198,12 @@ def _is_redoable(node: onnx.NodeProto, view: TrainingGraphView, index: int) -> b
 
 def _anchors(view: TrainingGraphView) -> list[tuple[int, int]]:
     """(node index, module key) of every PostForwardBridge gradient node."""
-    post_name = function_name(PostForwardBridge)
-    forward_key = {
-        node.output[0]: ints_attribute(node, "input_int_scalars")[0]
-        for node in view.nodes
-        if function_name_of(node) == post_name
-    }
+    bridges = (BridgeNode.of(node, PostForwardBridge) for node in view.nodes)
+    forward_key = {bridge.context: bridge.key for bridge in bridges if bridge is not None}
     return [
-        (i, forward_key[node.input[0]])
+        (i, forward_key[context])
         for i, node in enumerate(view.nodes)
-        if node.op_type == _GRAD_OP and node.input and node.input[0] in forward_key
+        if (context := gradient_context(node)) is not None and context in forward_key
     ]
 
 
@@ -218,13 +211,11 @@ class _Regather:
     """One BackwardParamsBridge after one anchor, and the views re-done from its outputs."""
 
     def __init__(self, view: TrainingGraphView, anchor: int, key: int, params: list[torch.nn.Parameter]) -> None:
-        anchor_node = view.nodes[anchor]
-        after = next(out for out in anchor_node.output if out)
-        slot = list(anchor_node.output).index(after)
-        ranks = ints_attribute(anchor_node, "output_tensor_ranks")
-        types = ints_attribute(anchor_node, "output_tensor_types")
         self.name = f"ort_zero_backward_params_{anchor}"
-        self.node = make_params_bridge(BackwardParamsBridge, self.name, key, params, (after, ranks[slot], types[slot]))
+        self.bridge = BridgeNode.params_bridge(
+            BackwardParamsBridge, self.name, key, params, after=first_output(view.nodes[anchor])
+        )
+        self.node = self.bridge.node
         self.index = {id(p): j for j, p in enumerate(params)}
         self.redone: dict[str, str] = {}
 
@@ -234,7 +225,7 @@ class _Regather:
             return self.redone[value]
         origin = origins[value]
         if origin.node is None:
-            name = self.node.output[1 + self.index[id(origin.param)]]
+            name = self.bridge.outputs[self.index[id(origin.param)]]
         else:
             copy = onnx.NodeProto()
             copy.CopyFrom(origin.node)

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 
 import onnx
 
-from ...python_op import function_name, function_name_of, ints_attribute
+from ...python_op import function_name_of
+from ...zero3.bridge_nodes import BridgeNode
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
 from ..graph.types import element_types
 from .base import ExportedGraph, GraphPass
 
 logger = logging.getLogger(__name__)
 
-_MODULE_BRIDGES = frozenset({function_name(PreForwardBridge), function_name(PostForwardBridge)})
 _FLOATS = frozenset(
     {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 )
@@ -55,15 +55,19 @@ def reachable_from_gradients(graph: onnx.GraphProto) -> set[str]:
     types = element_types(graph)
     reached = {value.name for value in graph.input if value.type.tensor_type.elem_type in _FLOATS}
     for node in graph.node:  # an exported graph lists its nodes in topological order
-        name = function_name_of(node)
-        if name in _MODULE_BRIDGES:
+        if (bridge := _module_bridge(node)) is not None:
             passed = [index for index, value in enumerate(node.input) if value in reached]
-            reached.update(node.output[1 + index] for index in passed)
+            reached.update(bridge.output_for_input(index) for index in passed)
             if passed:
-                reached.add(node.output[0])  # the context
-        elif name is not None or _has_subgraph(node) or any(value in reached for value in node.input):
+                reached.add(bridge.context)
+        elif function_name_of(node) is not None or _has_subgraph(node) or any(value in reached for value in node.input):
             reached.update(out for out in node.output if out and types.get(out, onnx.TensorProto.FLOAT) in _FLOATS)
     return reached
+
+
+def _module_bridge(node: onnx.NodeProto) -> BridgeNode | None:
+    """`node` as a module's Pre- or PostForwardBridge."""
+    return BridgeNode.of(node, PreForwardBridge) or BridgeNode.of(node, PostForwardBridge)
 
 
 def _has_subgraph(node: onnx.NodeProto) -> bool:
@@ -82,9 +86,9 @@ def bypass_gradient_free_outputs(graph: onnx.GraphProto) -> list[str]:
     nodes = list(graph.node)
     plans = {}
     for position, node in enumerate(nodes):
-        if function_name_of(node) not in _MODULE_BRIDGES:
+        if (bridge := _module_bridge(node)) is None:
             continue
-        carried = list(zip(node.input, node.output[1:], strict=False))
+        carried = bridge.tensor_pairs()
         if any(value in reached for value, _ in carried):
             plans[position] = [(v, out) for v, out in carried if v not in reached and out not in model_outputs]
     # the innermost first: an outer bridge then finds the readers an inner one handed its outputs
@@ -126,14 +130,12 @@ def _rewire(nodes: list[onnx.NodeProto], plan: list[tuple[str, str]]) -> list[tu
 
 def _module_calls(nodes: list[onnx.NodeProto]) -> list[tuple[int, int]]:
     """(PreForwardBridge, PostForwardBridge) positions of each module call, paired innermost first by key."""
-    pre_name, post_name = function_name(PreForwardBridge), function_name(PostForwardBridge)
     open_calls: dict[int, list[int]] = {}
     calls = []
     for position, node in enumerate(nodes):
-        name = function_name_of(node)
-        if name == pre_name:
-            open_calls.setdefault(ints_attribute(node, "input_int_scalars")[0], []).append(position)
-        elif name == post_name and (opened := open_calls.get(ints_attribute(node, "input_int_scalars")[0])):
+        if (pre := BridgeNode.of(node, PreForwardBridge)) is not None:
+            open_calls.setdefault(pre.key, []).append(position)
+        elif (post := BridgeNode.of(node, PostForwardBridge)) is not None and (opened := open_calls.get(post.key)):
             calls.append((opened.pop(), position))
     return calls
 

@@ -4,7 +4,7 @@ Where a forward value feeds several nodes, ORT's backward adds its gradients wit
 provider has no 16-bit Sum, so `half_precision_casts` would compute each in float32 between Casts: on a 162M LLaMA
 at seq 1024, bf16, 73 Sums and their Casts took 0.7 s of a step (ORT's profiler, 2026-11-29), the largest the
 logits' ([seq, vocab]) with the scalar zero `scalar_output_grads` gives when PyTorch gives that output no gradient.
-Each such Sum becomes a PythonOp of `step_functions.SumOfGradients`: torch's bf16 adds, one after the other as
+Each such Sum becomes a PythonOp of `step.functions.SumOfGradients`: torch's bf16 adds, one after the other as
 torch's autograd accumulates a gradient in native ZeRO-3, and the scalar zero skipped. On other devices ORT has the
 kernel.
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import onnx
 
-from ...python_op import function_name
-from ..graph.edit import make_python_op, register_function
+from ...python_op import function_name, make_python_op
+from ..graph.edit import register_function
 from ..graph.widening import HALF_TYPES, declares_16_bit
-from ..step_functions import SumOfGradients
-from ..torch_kernels.devices import FASTER_IN_TORCH_ON
+from ..step.functions import SumOfGradients
+from ..step.torch_kernels.devices import FASTER_IN_TORCH_ON
 from .base import GraphPass, TrainingGraph
 from .unchecked_kernels import unchecked
 

@@ -17,9 +17,9 @@ import onnx
 import torch
 from onnx import helper
 
-from ...python_op import function_name, onnx_dtype
-from ..graph.edit import make_python_op, register_function
-from ..step_functions import RETRIEVED_PARAMS, ParamRetrieval
+from ...python_op import function_name, make_python_op, onnx_dtype
+from ..graph.edit import register_function
+from ..step.functions import RETRIEVED_PARAMS, ParamRetrieval
 from .base import ExportedGraph, GraphPass
 from .zero3_params import TRIGGER_NAME
 

@@ -32,7 +32,7 @@ import onnx
 
 from ...hooks import passthrough
 from ...hooks.passthrough import PythonOpKey
-from ...python_op import ints_attribute
+from ...python_op import context_of, gradient_context, ints_attribute
 from ..graph.edit import set_ints_attribute
 from ..graph.pass_through import REUSE, is_pass_through, python_op_key
 from .base import GraphPass, TrainingGraph, YieldFeed
@@ -75,10 +75,8 @@ def plan_passthrough_buffers(
     """Fix how ort_zero's PythonOps in `graph` return their tensors, in `plans` (see the module docstring); `feeds`:
     what each still gives the YieldOp (`yield_from_makers`)."""
     forward = [node for node in graph.node if is_pass_through(node)]
-    by_ctx = {node.output[0]: node for node in forward}
-    gradient = [
-        node for node in graph.node if node.op_type == "PythonOpGrad" and node.input and node.input[0] in by_ctx
-    ]
+    by_ctx = {context_of(node): node for node in forward}
+    gradient = [node for node in graph.node if gradient_context(node) in by_ctx]
     plan = BufferPlan(python_ops=len(forward))
     for node in forward:
         if feed := feeds.get(python_op_key(node)):
@@ -89,7 +87,7 @@ def plan_passthrough_buffers(
     for node in gradient:
         # Forward output o (0 is ctx) is a view of tensor input forward_map[o]; its gradient is this node's input
         # o, and this node's output t is tensor input t's gradient.
-        forward_node = by_ctx[node.input[0]]
+        forward_node = by_ctx[gradient_context(node)]
         backward_map = [-1] * len(node.output)
         for output, tensor_input in enumerate(ints_attribute(forward_node, REUSE)):
             if output > 0 and tensor_input in borrowable[python_op_key(forward_node)]:
@@ -115,11 +113,12 @@ def _borrowable_grads(
     borrowable: dict[PythonOpKey, set[int]] = {python_op_key(node): set() for node in forward}
     has_gradient: set[PythonOpKey] = set()
     for node in gradient:
-        key = python_op_key(by_ctx[node.input[0]])
+        forward_node = by_ctx[gradient_context(node)]
+        key = python_op_key(forward_node)
         model_outputs = feeds[key].fed if key in feeds else set()
         here = {
             tensor_input
-            for output, tensor_input in enumerate(ints_attribute(by_ctx[node.input[0]], REUSE))
+            for output, tensor_input in enumerate(ints_attribute(forward_node, REUSE))
             if output > 0
             and 0 <= tensor_input < len(node.output)
             and tensor_input not in model_outputs

@@ -29,10 +29,9 @@ from onnx import helper
 
 from ...python_op import function_name, function_name_of
 from ...zero3 import state as zero3_state
-from ...zero3.bridges import PreForwardBridge
 from ...zero3.ort_bridges import RecomputeParamsBridge, RecomputeStartBridge
 from ...zero3.subscriber import stacked_layers
-from ..graph.edit import register_function
+from ..graph.edit import is_zero3_graph, register_function
 from ..graph.training_graph import TrainingGraphView
 from .base import GraphPass, TrainingGraph
 from .recompute_region import RECOMPUTE_SUFFIX, ForwardBridges, Region
@@ -91,7 +90,7 @@ PASS = GraphPass("recompute", run, needs=frozenset({"backward_regathers"}), prov
 def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:
     """Apply the pass in place at `level` (0 does nothing) to a training graph of ort_zero's bridges."""
     report = RecomputeReport(level=level)
-    if not any(function_name_of(node) == function_name(PreForwardBridge) for node in graph.node):
+    if not is_zero3_graph(graph):
         return report
     seed_dropouts(graph)
     if level == 0:

@@ -8,13 +8,13 @@ from collections.abc import Generator
 import onnx
 import torch
 
-from ...python_op import function_name, function_name_of, ints_attribute
+from ...python_op import PYTHON_OP_GRAD, context_of, first_output, function_name_of, output_type
 from ...zero3 import state as zero3_state
+from ...zero3.bridge_nodes import BridgeNode
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
-from ...zero3.ort_bridges import RecomputeParamsBridge, RecomputeStartBridge
-from ..graph.edit import make_params_bridge, make_python_op, set_ints_attribute
+from ...zero3.ort_bridges import RecomputeParamsBridge
 from ..graph.training_graph import TrainingGraphView
-from ..torch_kernels import RECOMPUTABLE, draws_dropout
+from ..step.torch_kernels import RECOMPUTABLE, draws_dropout
 
 RECOMPUTE_SUFFIX = "_ort_zero_recompute"
 START_PREFIX = "ort_zero_recompute_start"
@@ -29,14 +29,13 @@ class ForwardBridges:
         self.pre: dict[int, list[int]] = {}
         self.post: dict[int, list[int]] = {}
         self.step_start_key: int | None = None
-        names = {function_name(PreForwardBridge): self.pre, function_name(PostForwardBridge): self.post}
         for i in view.forward:
             node = view.nodes[i]
-            name = function_name_of(node)
-            if name in names:
-                names[name].setdefault(ints_attribute(node, "input_int_scalars")[0], []).append(i)
-            elif name == function_name(StepStartBridge):
-                self.step_start_key = ints_attribute(node, "input_int_scalars")[0]
+            for bridge, calls in ((PreForwardBridge, self.pre), (PostForwardBridge, self.post)):
+                if (call := BridgeNode.of(node, bridge)) is not None:
+                    calls.setdefault(call.key, []).append(i)
+            if (start := BridgeNode.of(node, StepStartBridge)) is not None:
+                self.step_start_key = start.key
         self.keys = set(self.pre) | set(self.post)
 
     def root_module(self) -> torch.nn.Module:
@@ -58,8 +57,8 @@ class Region:
             self.skip_reason = f"its forward runs {max(len(pre), len(post))} times in one step"
             return
         self.pre, self.post = pre[0], post[0]
-        ctx = view.nodes[self.post].output[0]
-        self.anchor = next((c for c in view.consumers.get(ctx, ()) if view.nodes[c].op_type == "PythonOpGrad"), None)
+        ctx = context_of(view.nodes[self.post])
+        self.anchor = next((c for c in view.consumers.get(ctx, ()) if view.nodes[c].op_type == PYTHON_OP_GRAD), None)
         if self.anchor is None:
             self.skip_reason = "no gradient flows through it"
             return
@@ -67,8 +66,8 @@ class Region:
         self.nodes = (inside & view.forward) - {self.pre, self.post}
         self.readers = _readers_after(view, self.anchor)
         self.copies: dict[str, str] = {}
-        self.param_bridges: dict[int, onnx.NodeProto] = {}
-        self.start: onnx.NodeProto | None = None
+        self.param_bridges: dict[int, BridgeNode] = {}
+        self.start: BridgeNode | None = None
         self.anchored: set[str] = set()  # values computed after the anchor (outputs of the nodes added here)
 
     def rewire(self, new_nodes: list[onnx.NodeProto]) -> int:
@@ -128,17 +127,16 @@ class Region:
             return value  # made outside the region (a constant, a mask): read as it is
         node = self.view.nodes[i]
         slot = list(node.output).index(value)
-        name = function_name_of(node)
-        if name == function_name(PreForwardBridge):
-            key, input_count = ints_attribute(node, "input_int_scalars")[:2]
-            if i == self.pre and slot <= input_count:
-                copy = self._start_bridge(node, input_count).output[slot]
-            elif slot <= input_count:
-                copy = yield node.input[slot - 1]
+        if (pre := BridgeNode.of(node, PreForwardBridge)) is not None:
+            passed, param = pre.passed_input(value), pre.param_index(value)
+            if param is not None:
+                copy = (yield from self._params_bridge(pre)).outputs[param]
+            elif i == self.pre:
+                copy = self._start_bridge().outputs[pre.passed_outputs.index(value)]
             else:
-                copy = (yield from self._params_bridge(key, node, input_count)).output[slot - input_count]
-        elif name == function_name(PostForwardBridge):
-            copy = yield node.input[slot - 1]
+                copy = yield passed
+        elif (post := BridgeNode.of(node, PostForwardBridge)) is not None:
+            copy = yield post.passed_input(value)
         elif reason := _not_recomputable(node) or self._reads_parameters_gathered_outside(node):
             self.kept.append(f"{self.path}: {value} ({reason})")
             copy = value
@@ -158,10 +156,9 @@ class Region:
             producer = self.view.producer.get(value)
             if producer is None or producer == self.pre or producer in self.nodes:
                 continue
-            bridge = self.view.nodes[producer]
-            if function_name_of(bridge) == function_name(PreForwardBridge):
-                if list(bridge.output).index(value) > ints_attribute(bridge, "input_int_scalars")[1]:
-                    return "it reads a parameter another module gathers"
+            bridge = BridgeNode.of(self.view.nodes[producer], PreForwardBridge)
+            if bridge is not None and bridge.param_index(value) is not None:
+                return "it reads a parameter another module gathers"
         return ""
 
     def _copy_node(self, node: onnx.NodeProto) -> Generator[str, str, list[str]]:
@@ -183,26 +180,16 @@ class Region:
         self.new_nodes.append(copy)  # a Dropout keeps the forward's seed (`seed_dropouts`)
         return list(copy.output)
 
-    def _start_bridge(self, pre: onnx.NodeProto, input_count: int) -> onnx.NodeProto:
+    def _start_bridge(self) -> BridgeNode:
+        """The region's RecomputeStartBridge: the region module's inputs, copied once the anchor has run."""
         if self.start is None:
-            anchor = self.view.nodes[self.anchor]
-            after = next(slot for slot, out in enumerate(anchor.output) if out)
-            ranks, types = ints_attribute(pre, "input_tensor_ranks"), ints_attribute(pre, "input_tensor_types")
             name = f"{START_PREFIX}_{self.key}"
-            self.start = make_python_op(
-                function_name(RecomputeStartBridge),
-                name,
-                int_scalars=[self.key],
-                inputs=[
-                    (anchor.output[after], *_output_type(anchor, after)),
-                    *((pre.input[j], ranks[j], types[j]) for j in range(input_count)),
-                ],
-                outputs=[(f"{name}_{j}", ranks[j], types[j]) for j in range(input_count)],
-                training_mode=0,
-            )
-            self.start.doc_string = f"{self.plan} {self.path}"
-            self.anchored.update(self.start.output[1:])
-            self.new_nodes.append(self.start)
+            pre = BridgeNode(self.view.nodes[self.pre], PreForwardBridge)
+            after = first_output(self.view.nodes[self.anchor])
+            self.start = BridgeNode.recompute_start(name, self.key, after, pre.passed_inputs_typed())
+            self.start.node.doc_string = f"{self.plan} {self.path}"
+            self.anchored.update(self.start.outputs)
+            self.new_nodes.append(self.start.node)
         return self.start
 
     def _kept_python_output(self, value: str) -> bool:
@@ -211,54 +198,33 @@ class Region:
 
     def _enter(self, value: str) -> str:
         """`value`, a forward value, passed through the start bridge (added to it as one more input)."""
-        pre = self.view.nodes[self.pre]
-        start = self._start_bridge(pre, ints_attribute(pre, "input_int_scalars")[1])
         producer = self.view.nodes[self.view.producer[value]]
-        slot = list(producer.output).index(value)
-        rank, elem_type = _output_type(producer, slot)
-        name = f"{start.name}_{len(start.output) - 1}"
-        start.input.append(value)
-        start.output.append(name)
-        for attribute, extra in (
-            ("input_tensor_ranks", rank),
-            ("input_tensor_types", elem_type),
-            ("output_tensor_ranks", rank),
-            ("output_tensor_types", elem_type),
-        ):
-            set_ints_attribute(start, attribute, [*ints_attribute(start, attribute), extra])
-        for attribute in start.attribute:
-            if attribute.name == "input_convention":
-                attribute.s += b"d"
+        name = self._start_bridge().pass_another((value, *output_type(producer, list(producer.output).index(value))))
         self.anchored.add(name)
         return name
 
-    def _params_bridge(self, key: int, pre: onnx.NodeProto, input_count: int) -> Generator[str, str, onnx.NodeProto]:
+    def _params_bridge(self, pre: BridgeNode) -> Generator[str, str, BridgeNode]:
+        """The RecomputeParamsBridge of `pre`'s module: its parameters, gathered once the recompute reaches the
+        module's first input (or, where that is not recomputed, once the region's recompute starts)."""
+        key = pre.key
         if key not in self.param_bridges:
             params = zero3_state.lookup(key).bridged_params()
-            if not input_count:  # a module called without tensors: gather when the region's recompute starts
-                pre = self.view.nodes[self.pre]
-                input_count = ints_attribute(pre, "input_int_scalars")[1]
-            region_pre = self.view.nodes[self.pre]
-            if input_count and (yield pre.output[1]) not in self.anchored:
-                pre, input_count = region_pre, ints_attribute(region_pre, "input_int_scalars")[1]
-                if input_count:
-                    self._start_bridge(pre, input_count)
-            if input_count:
-                after = yield pre.output[1]
-                rank, elem_type = (
-                    ints_attribute(pre, "input_tensor_ranks")[0],
-                    ints_attribute(pre, "input_tensor_types")[0],
-                )
+            region_pre = BridgeNode(self.view.nodes[self.pre], PreForwardBridge)
+            if not pre.input_count:  # a module called without tensors: gather when the region's recompute starts
+                pre = region_pre
+            if pre.input_count and (yield pre.passed_outputs[0]) not in self.anchored:
+                pre = region_pre
+                if pre.input_count:
+                    self._start_bridge()
+            if pre.input_count:
+                after = ((yield pre.passed_outputs[0]), *pre.input_type(0))
             else:
-                anchor = self.view.nodes[self.anchor]
-                slot = next(slot for slot, out in enumerate(anchor.output) if out)
-                after, (rank, elem_type) = anchor.output[slot], _output_type(anchor, slot)
+                after = first_output(self.view.nodes[self.anchor])
             name = f"ort_zero_recompute_params_{self.key}_{key}"
-            self.param_bridges[key] = make_params_bridge(
-                RecomputeParamsBridge, name, key, params, (after, rank, elem_type)
-            )
-            self.anchored.update(self.param_bridges[key].output[1:])
-            self.new_nodes.append(self.param_bridges[key])
+            bridge = BridgeNode.params_bridge(RecomputeParamsBridge, name, key, params, after)
+            self.anchored.update(bridge.outputs)
+            self.new_nodes.append(bridge.node)
+            self.param_bridges[key] = bridge
         return self.param_bridges[key]
 
 
@@ -272,13 +238,6 @@ def _readers_after(view: TrainingGraphView, anchor: int) -> set[int]:
         if uses and all(c in after for c in uses):
             after.add(i)
     return after
-
-
-def _output_type(node: onnx.NodeProto, slot: int) -> tuple[int, int]:
-    """(rank, ONNX type) of a PythonOp(Grad)'s tensor output `slot` (output 0, the context, not counted)."""
-    tensor_slot = slot - 1 if node.op_type == "PythonOp" else slot
-    ranks, types = ints_attribute(node, "output_tensor_ranks"), ints_attribute(node, "output_tensor_types")
-    return ranks[tensor_slot], types[tensor_slot]
 
 
 def _not_recomputable(node: onnx.NodeProto) -> str:

@@ -1,4 +1,4 @@
-"""Export pass: ORT runs the torch-kernel PythonOps (`ort_zero.ort.torch_kernels`) without its safety copies.
+"""Export pass: ORT runs the torch-kernel PythonOps (`ort_zero.ort.step.torch_kernels`) without its safety copies.
 
 By default (`safe_run_mode` 1) ORT runs a PythonOp through torch's autograd and, at its first run, copies every
 tensor input to learn which the Function saves or changes in place, copying those again at every later run. The
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import onnx
 
 from ...python_op import function_name_of
-from ..torch_kernels import UNCHECKED
+from ..step.torch_kernels import UNCHECKED
 from .base import ExportedGraph, GraphPass
 
 logger = logging.getLogger(__name__)

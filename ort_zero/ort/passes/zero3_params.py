@@ -4,7 +4,8 @@ Exported as they are, partitioned parameters are graph inputs that ORTModule wou
 data. After this pass:
 - each partitioned parameter `P` is read, by every consumer, from the full-sized output of the first pre-forward
   bridge that gathers it (later bridges of the same parameter keep gathering and releasing, but their copies go
-  unused), so ORT hands `P`'s whole gradient to that one bridge, which calls `P.backward(grad)` exactly once;
+  unused), so ORT hands `P`'s whole gradient to that one bridge, whose backward hands it to DeepSpeed exactly once
+  (`ModuleState.gradients_arrived`: `grad_handoff`, while `P` is still gathered);
 - the bridges' parameter inputs are one-element placeholders from a `ParamPull` PythonOp fed by a single trigger
   graph input that requires grad, which puts the bridges on ORT's gradient path;
 - `P` is no longer a graph input.
@@ -19,11 +20,12 @@ import onnx
 import torch
 from onnx import helper
 
-from ...python_op import function_name, function_name_of
+from ...python_op import function_name
+from ...zero3.bridge_nodes import BridgeNode
 from ...zero3.bridges import PreForwardBridge
 from ..export.context import zero3_named_params
 from ..graph.edit import make_trigger_python_op, register_function, replace_input_uses, retype_python_op_input
-from ..step_functions import ParamPull
+from ..step.functions import ParamPull
 from .base import ExportedGraph, GraphPass
 
 logger = logging.getLogger(__name__)
@@ -68,19 +70,18 @@ def rewrite_partitioned_params(
     present = [i.name for i in graph.input if i.name in partitioned]
     if not present:
         return []
-    bridge_name = function_name(PreForwardBridge)
     placeholders = {name: f"ort_zero_placeholder_{index}" for index, name in enumerate(present)}
     # Who reads each parameter, found in one walk over the graph (a walk per parameter took 0.5 s of the first step
     # at 162M parameters); the loop below rewires bridge inputs, so it checks that a reader still reads the name.
     readers: dict[str, dict[int, onnx.NodeProto]] = {name: {} for name in present}
-    bridge_reads: dict[str, list[tuple[int, onnx.NodeProto, int]]] = {name: [] for name in present}
+    bridge_reads: dict[str, list[tuple[int, BridgeNode, int]]] = {name: [] for name in present}
     for position, node in enumerate(graph.node):
-        is_bridge = function_name_of(node) == bridge_name
+        bridge = BridgeNode.of(node, PreForwardBridge)
         for index, input_name in enumerate(node.input):
             if input_name in readers:
                 readers[input_name][position] = node
-                if is_bridge:
-                    bridge_reads[input_name].append((position, node, index))
+                if bridge is not None:
+                    bridge_reads[input_name].append((position, bridge, index))
 
     for name in present:
         users = bridge_reads[name]
@@ -91,12 +92,12 @@ def rewrite_partitioned_params(
                 "deepspeed.zero.register_external_parameter(module, param)"
             )
         first_position, first_bridge, first_index = users[0]
-        full = first_bridge.output[1 + first_index]  # output 0 is ORT's ctx
+        full = first_bridge.output_for_input(first_index)
         for _, bridge, index in users[1:]:
-            replace_input_uses(graph.node, bridge.output[1 + index], full)
+            replace_input_uses(graph.node, bridge.output_for_input(index), full)
         for _, bridge, index in users:
-            bridge.input[index] = placeholders[name]
-            retype_python_op_input(bridge, index, 1, onnx.TensorProto.FLOAT)
+            bridge.node.input[index] = placeholders[name]
+            retype_python_op_input(bridge.node, index, 1, onnx.TensorProto.FLOAT)
         raw_users = [(position, node) for position, node in sorted(readers[name].items()) if name in node.input]
         early = [node.name for position, node in raw_users if position < first_position]
         if early:

@@ -14,7 +14,7 @@ from deepspeed.runtime.comm.coalesced_collectives import reduce_scatter_coalesce
 from rank_run import finish, start, write_result
 
 from ort_zero import patches
-from ort_zero.zero3.heap import give_back_freed_memory
+from ort_zero.memory.heap import give_back_freed_memory
 
 PAGE = resource.getpagesize()
 BUCKETS = {  # as DeepSpeed's gradient buckets hand them over: one gradient, or several of odd sizes (padded)

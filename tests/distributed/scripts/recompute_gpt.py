@@ -19,9 +19,9 @@ from deepspeed.utils import safe_get_full_grad
 from onnx import ModelProto
 from rank_run import finish, start, write_result
 
+from ort_zero.memory.footprint import malloced_bytes
 from ort_zero.models.gpt import GPT, GPTConfig
 from ort_zero.models.stack import RELEASE_EARLY_ZERO3
-from ort_zero.ort.ortmodule.footprint import malloced_bytes
 
 
 class RssPeak:

@@ -21,7 +21,7 @@ from ort_zero.integrations.hf_trainer import (
     check_arguments,
     recompute_instead_of_checkpointing,
 )
-from ort_zero.zero3 import checkpointing
+from ort_zero.zero3 import activation_checkpointing
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +82,7 @@ def recompute(monkeypatch: pytest.MonkeyPatch) -> None:
     """No recompute level set, nothing announced yet in this process."""
     monkeypatch.setattr(settings, "recompute_level_override", None)
     monkeypatch.delenv("ORTMODULE_MEMORY_OPT_LEVEL", raising=False)
-    monkeypatch.setattr(checkpointing, "_announced", False)
+    monkeypatch.setattr(activation_checkpointing, "_announced", False)
 
 
 @pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
@@ -95,7 +95,7 @@ def test_activation_checkpointing_becomes_ort_zeros_layer_wise_recompute(
     arguments are unchanged."""
     args = zero3_arguments(tmp_path, **{name: True})
     check_arguments(args, torch.nn.Linear(2, 2))
-    with caplog.at_level(logging.WARNING, logger=checkpointing.__name__):
+    with caplog.at_level(logging.WARNING, logger=activation_checkpointing.__name__):
         given = recompute_instead_of_checkpointing(args, torch.nn.Linear(2, 2))
     assert not given.activation_checkpointing and not given.gradient_checkpointing
     assert args.activation_checkpointing and args.gradient_checkpointing
@@ -119,7 +119,7 @@ def test_checkpointing_enabled_on_the_model_keeps_a_higher_level(
 def test_without_checkpointing_nothing_changes(tmp_path: Path, recompute: None) -> None:
     args = zero3_arguments(tmp_path)
     assert recompute_instead_of_checkpointing(args, torch.nn.Linear(2, 2)) is args
-    assert settings.recompute_level_override is None and not checkpointing._announced
+    assert settings.recompute_level_override is None and not activation_checkpointing._announced
 
 
 def test_torch_compile(tmp_path: Path) -> None:

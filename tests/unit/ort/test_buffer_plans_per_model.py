@@ -14,7 +14,7 @@ import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on 
 
 importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.foreign import ortmodule  # noqa: E402
+from ort_zero.foreign import onnxruntime as ort_internals  # noqa: E402
 from ort_zero.ort.ortmodule import graph_execution_manager, training_manager  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
@@ -54,7 +54,7 @@ fall_back = graph_execution_manager.loud_fallback(
 
 
 def plans_of(manager: Any) -> Any:
-    return ortmodule.kept_for_fallback(manager._fallback_manager, "buffer_plans")
+    return ort_internals.kept_for_fallback(manager._fallback_manager, "buffer_plans")
 
 
 def test_a_model_that_falls_back_forgets_only_its_own_plans() -> None:

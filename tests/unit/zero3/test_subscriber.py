@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ort_zero import settings
 from ort_zero.hooks import exporting
-from ort_zero.zero3 import checkpointing
+from ort_zero.zero3 import activation_checkpointing
 from ort_zero.zero3.subscriber import Carried
 
 
@@ -93,7 +93,7 @@ def test_export_inside_a_non_reentrant_checkpoint_meets_the_checkpoint_policy(
 ) -> None:
     """A non-reentrant checkpoint never reaches CheckpointFunction: the subscriber finds it on the stack while the
     model is exported. Level 1: traced as a plain call, to be announced after the export; level 0: one line."""
-    monkeypatch.setattr(checkpointing, "_pending", None)
+    monkeypatch.setattr(activation_checkpointing, "_pending", None)
     plain = nn.Sequential(nn.Linear(2, 2))
     model = Checkpointed(NON_REENTRANT[kind])
     for root in (plain, model):
@@ -102,12 +102,15 @@ def test_export_inside_a_non_reentrant_checkpoint_meets_the_checkpoint_policy(
     monkeypatch.setattr(settings, "recompute_level_override", 1)
     with exporting():
         plain(torch.randn(3, 2, requires_grad=True))
-        assert checkpointing._pending is None, "no checkpoint, yet the policy was applied"
+        assert activation_checkpointing._pending is None, "no checkpoint, yet the policy was applied"
         model(torch.randn(3, 2, requires_grad=True))
-    assert checkpointing._pending == 1
+    assert activation_checkpointing._pending == 1
     monkeypatch.setattr(settings, "recompute_level_override", 0)
     model(torch.randn(3, 2, requires_grad=True))  # not exporting: the checkpoint runs as in PyTorch
-    with exporting(), pytest.raises(checkpointing.CheckpointingRefused, match=f"the model calls {kind} while"):
+    with (
+        exporting(),
+        pytest.raises(activation_checkpointing.CheckpointingRefused, match=f"the model calls {kind} while"),
+    ):
         model(torch.randn(3, 2, requires_grad=True))
 
 

@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from ort_zero.hooks.export_mode import is_stand_in, standing_in
 from ort_zero.ort.export import context as export_context
 
 MIB = 2**20
@@ -28,12 +29,10 @@ def test_reading_the_cpu_buffer_costs_no_memory() -> None:
 def test_stand_ins_are_recognised_through_detached_aliases() -> None:
     buffer = export_context.zeros_buffer(MIB, torch.device("cpu"))
     view = buffer[: 1024 * 4].view(torch.float32).view(32, 32)
-    export_context._STAND_IN_BUFFERS.add(buffer.untyped_storage().data_ptr())
-    try:
-        assert export_context.is_stand_in(view.detach())
-        assert not export_context.is_stand_in(torch.zeros(32, 32))
-    finally:
-        export_context._STAND_IN_BUFFERS.clear()
+    with standing_in([buffer]):
+        assert is_stand_in(view.detach())
+        assert not is_stand_in(torch.zeros(32, 32))
+    assert not is_stand_in(view), "still a stand-in once the export is over"
 
 
 def test_shape_inference_is_handed_every_parameter_but_the_stand_ins() -> None:
@@ -42,9 +41,6 @@ def test_shape_inference_is_handed_every_parameter_but_the_stand_ins() -> None:
     real = torch.ones(4)
     handed: list[dict] = []
     infer = export_context.shape_inference_without_stand_ins(lambda graph, params, opset: handed.append(params))
-    export_context._STAND_IN_BUFFERS.add(buffer.untyped_storage().data_ptr())
-    try:
+    with standing_in([buffer]):
         infer(None, {"layer.weight": stand_in, "layer.bias": real}, 17)
-    finally:
-        export_context._STAND_IN_BUFFERS.clear()
     assert list(handed[0]) == ["layer.bias"]

@@ -1,6 +1,7 @@
-"""Torch ops that run in PyTorch from inside the ORT graph (ort_zero/ort/export/python_ops.py): each Function gives
-torch's values and gradients; a module calling the op, exported while the patch group is applied, trains in ORT
-(fallback disabled) with a PythonOp for it and PyTorch's values; exported without the group, ORT cannot train it."""
+"""Torch ops that run in PyTorch from inside the ORT graph (ort_zero/ort/export/python_ops.py, the Functions in
+ort_zero/ort/step/python_ops.py): each Function gives torch's values and gradients; a module calling the op, exported
+while the patch group is applied, trains in ORT (fallback disabled) with a PythonOp for it and PyTorch's values;
+exported without the group, ORT cannot train it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import ort_zero  # noqa: F401, I001  (before ORT: makes ORTModule importable on 
 from ort_zero import patches
 from ort_zero.hooks.export_mode import exporting
 from ort_zero.ort.export import python_ops as export_python_ops
-from ort_zero.ort.export.python_ops import Exponential, ScatterReduce, SolveTriangular, Uniform
 from ort_zero.ort.inspection import ort_run_record
+from ort_zero.ort.step.python_ops import Exponential, ScatterReduce, SolveTriangular, Uniform
 from ort_zero.python_op import function_name
 
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")

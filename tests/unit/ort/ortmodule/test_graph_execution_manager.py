@@ -91,7 +91,7 @@ import numpy, onnxruntime, torch
 from onnx import TensorProto, helper
 import ort_zero
 from ort_zero.ort.inspection import ort_run_record
-from ort_zero.ort.ortmodule.footprint import malloced_bytes
+from ort_zero.memory.footprint import malloced_bytes
 
 ort_zero.enable_zero3()
 from onnxruntime.training.ortmodule import ORTModule

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importable on today's torch)
-from ort_zero.foreign import ortmodule as ort_internals
+from ort_zero.foreign import onnxruntime as ort_internals
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.ortmodule import graph_transition_manager
 

@@ -18,9 +18,8 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.graph.edit import make_python_op  # noqa: E402
 from ort_zero.ort.passes.gradient_free_bypass import bypass_gradient_free_outputs  # noqa: E402
-from ort_zero.python_op import function_name  # noqa: E402
+from ort_zero.python_op import function_name, make_python_op  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge  # noqa: E402
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64

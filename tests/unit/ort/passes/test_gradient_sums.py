@@ -9,11 +9,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from ort_zero.ort.step_functions import SumOfGradients
+from ort_zero.ort.step.functions import SumOfGradients
 
 from ..conftest import Op
 
-SUM_OP = "ort_zero.ort.step_functions.SumOfGradients"
+SUM_OP = "ort_zero.ort.step.functions.SumOfGradients"
 
 
 def shared(hidden: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ import ort_zero  # noqa: E402, F401, I001  (before ORT: makes ORTModule importab
 
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
-from ort_zero.ort.step_functions import ParamRetrieval  # noqa: E402
+from ort_zero.ort.step.functions import ParamRetrieval  # noqa: E402
 from ort_zero.python_op import function_name, function_name_of  # noqa: E402
 
 EVENTS: list[str] = []

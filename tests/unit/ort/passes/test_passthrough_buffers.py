@@ -17,7 +17,7 @@ importlib.import_module("onnxruntime.training.ortmodule")
 from ort_zero.hooks import passthrough  # noqa: E402
 from ort_zero.ort.passes.passthrough_buffers import plan_passthrough_buffers  # noqa: E402
 from ort_zero.ort.passes.yield_from_makers import read_from_makers  # noqa: E402
-from ort_zero.ort.step_functions import ParamPull  # noqa: E402
+from ort_zero.ort.step.functions import ParamPull  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name, ints_attribute  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ort_zero.foreign import ortmodule as ort_internals
+from ort_zero.foreign import onnxruntime as ort_internals
 from ort_zero.ort.inspection import ort_run_record
 
 VOCAB, SEQ = 4096, 32

@@ -23,7 +23,7 @@ from ort_zero.ort.passes.recompute import (  # noqa: E402
     recompute_regions,
     seed_dropouts,
 )
-from ort_zero.ort.torch_kernels import ScaledDotProductAttention  # noqa: E402
+from ort_zero.ort.step.torch_kernels import ScaledDotProductAttention  # noqa: E402
 from ort_zero.python_op import function_name, ints_attribute  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.ort_bridges import RecomputeStartBridge  # noqa: E402

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ort_zero.foreign import ortmodule as ort_internals
+from ort_zero.foreign import onnxruntime as ort_internals
 from ort_zero.ort.graph.training_graph import TrainingGraphView
 from ort_zero.ort.inspection import ort_run_record
 

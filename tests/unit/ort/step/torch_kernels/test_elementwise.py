@@ -1,0 +1,132 @@
+"""A 16-bit SiLU, products and sums of activations as torch's kernels in ORT's graph (ort_zero/ort/step/torch_kernels/
+elementwise.py): the Functions' values and gradients are torch's bit for bit, broadcast ones too; only 16-bit SiLUs
+and products and sums of two 16-bit activations are replaced (not a norm's weight); a bf16 LLaMA trains in ORT with
+its MLP's activation and product, its rotary products and sums and its residual sums as PythonOps, and no float32
+SiLU, Mul or Add of ORT's left but the norms'; a float32 model keeps ORT's ops."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from ort_zero import patches
+from ort_zero.foreign import onnxruntime as ort_internals
+from ort_zero.memory import output_pool
+from ort_zero.ort.inspection import ort_run_record
+from ort_zero.ort.step.torch_kernels import (
+    ProductInTorch,
+    SiluInTorch,
+    SumInTorch,
+    product_in_torch,
+    silu_in_torch,
+    sum_in_torch,
+)
+from ort_zero.python_op import function_name, function_name_of
+
+KERNELS = {function_name(ProductInTorch), function_name(SiluInTorch), function_name(SumInTorch)}
+LAYERS = 2
+ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+
+
+@pytest.mark.parametrize("right_shape", [(3, 64), (1, 64), (3, 1), ()])  # one shape, and broadcast
+def test_values_and_gradients_are_torchs_bit_for_bit(right_shape: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    left = torch.randn(3, 64, dtype=torch.bfloat16, requires_grad=True)
+    right = torch.randn(right_shape, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(3, 64, dtype=torch.bfloat16)
+    for function, op in ((ProductInTorch, torch.mul), (SumInTorch, torch.add)):
+        expected, got = op(left, right), function.apply(left, right)
+        assert torch.equal(got, expected)
+        expected_grads = torch.autograd.grad(expected, (left, right), grad)
+        for got_grad, expected_grad in zip(torch.autograd.grad(got, (left, right), grad), expected_grads, strict=True):
+            assert torch.equal(got_grad, expected_grad)
+    expected = torch.nn.functional.silu(left)
+    got = SiluInTorch.apply(left)
+    assert torch.equal(got, expected)
+    assert torch.equal(torch.autograd.grad(got, left, grad)[0], torch.autograd.grad(expected, left, grad)[0])
+
+
+@pytest.mark.parametrize("function", [ProductInTorch, SumInTorch, SiluInTorch])
+def test_outputs_gradients_and_kept_copies_are_the_output_pools(
+    function: type[torch.autograd.Function], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their pages stay resident from step to step, as the linear layers' do, instead of being faulted in again."""
+    pool = output_pool.OutputPool()
+    monkeypatch.setattr(output_pool, "POOL", pool)
+    monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
+    inputs = [torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
+    inputs = inputs[:1] if function is SiluInTorch else inputs
+    output = function.apply(*inputs)
+    kept = 0 if function is SumInTorch else len(inputs)  # a product keeps both factors, the SiLU its input
+    assert _storage(output) in _pooled_storages(pool)
+    assert len(pool.buffers[torch.bfloat16]) == 1 + kept  # the output and the kept copies
+    grads = torch.autograd.grad(output, inputs, torch.ones_like(output))
+    assert {_storage(grad) for grad in grads} <= _pooled_storages(pool)
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def _pooled_storages(pool: output_pool.OutputPool) -> set[int]:
+    return {_storage(buffer.tensor) for buffers in pool.buffers.values() for buffer in buffers}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_only_16_bit_silus_and_products_and_sums_of_activations_are_replaced(dtype: torch.dtype) -> None:
+    mul = product_in_torch(lambda a, b: torch.mul(a, b))
+    add = sum_in_torch(lambda a, b: torch.add(a, b))
+    silu = silu_in_torch(lambda input, inplace: torch.nn.functional.silu(input, inplace))
+    left, right = torch.randn(4, 8, dtype=dtype, requires_grad=True), torch.randn(4, 8, dtype=dtype)
+    replaced = dtype == torch.bfloat16
+    assert ("SiluInTorch" in type(silu(left).grad_fn).__name__) == replaced
+    for op, name in ((mul, "ProductInTorch"), (add, "SumInTorch")):
+        assert (name in type(op(left, right).grad_fn).__name__) == replaced
+        assert (name in type(op(left, right[:1]).grad_fn).__name__) == replaced  # broadcast
+        weight = torch.nn.Parameter(torch.randn(8, dtype=dtype))
+        for other in (weight, 2.0, right.float()):  # a parameter, a number, another dtype: torch's own
+            assert name not in type(op(left, other).grad_fn).__name__
+
+
+def _step(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return float(loss), {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_llama_trains_with_its_mlp_activation_and_product_in_torch(
+    enabled: None, tiny_llama: Callable[..., LlamaForCausalLM], dtype: torch.dtype
+) -> None:
+    torch.manual_seed(0)
+    reference = tiny_llama("sdpa", layers=LAYERS).to(dtype)
+    model = tiny_llama("sdpa", layers=LAYERS).to(dtype)
+    model.load_state_dict(reference.state_dict())
+    ids = torch.randint(0, 96, (2, 24))
+    in_ort = ortmodule.ORTModule(model)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patches.applied("torch_kernels"))
+        got = [_step(in_ort, ids) for _ in range(2)]  # the second: a kept input ORT reused would show
+    expected = [_step(reference, ids) for _ in range(2)]
+    record = ort_run_record(in_ort)["training"]
+    assert record["session"], "no ORT session: the model did not run in ORT"
+    graph = ort_internals.optimized_model(ort_internals.execution_manager(in_ort, training=True)).graph
+    kernels = Counter(name.rsplit(".", 1)[-1] for node in graph.node if (name := function_name_of(node)) in KERNELS)
+    sixteen = dtype == torch.bfloat16
+    # per layer: the MLP's act_fn(gate) and its product with up; the rotary embedding's four products and two sums;
+    # the two residual sums
+    per_layer = {"SiluInTorch": 1, "ProductInTorch": 5, "SumInTorch": 4} if sixteen else {}
+    assert {name: kernels[name] for name in per_layer} == {name: LAYERS * n for name, n in per_layer.items()}
+    assert not sixteen or not {"QuickGelu", "QuickGeluGrad", "Sigmoid", "Mul", "Add"} & set(record["float32_fallbacks"])
+    rtol, atol = (5e-2, 5e-3) if sixteen else (1e-4, 1e-5)  # bf16: a few ulps of its 8-bit mantissa
+    for (loss, grads), (expected_loss, expected_grads) in zip(got, expected, strict=True):
+        assert loss == pytest.approx(expected_loss, rel=1e-2 if sixteen else 1e-5)
+        for name, grad in expected_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=rtol, atol=atol)
