@@ -39,6 +39,9 @@ class Patch:
     # Outside `versions` the patch still applies where what it replaces hashes (`fingerprint`) as one of these, seen
     # in the tested versions; with none it refuses there.
     fingerprints: tuple[str, ...] = ()
+    # What the replacement registers in another package's registry (an op's export symbolic, an op's gradient): a
+    # declaration each, listed as rows of their own (docs/patches.md), applied and reverted with this patch.
+    registers: tuple[Declaration, ...] = ()
     original: Any = field(default=None, repr=False)
     owned: bool = False  # the attribute was defined on the owner itself, not inherited
     applied: bool = False
@@ -128,7 +131,7 @@ def installed_version(distribution: str) -> str:
         raise UnsupportedVersionError(f"{distribution} is not installed; ort_zero needs it.") from error
 
 
-_REGISTRY: dict[str, Patch] = {}
+_REGISTRY: dict[str, Patch] = {}  # the declarations, made once at import: the process is their lifetime
 _GROUPS: dict[str, list[str]] = {}
 _LOCK = threading.Lock()
 

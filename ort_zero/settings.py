@@ -47,12 +47,23 @@ def cpu_mem_arena() -> bool | None:
     return _switch("ORT_ZERO_CPU_MEM_ARENA", "keep it in every session")
 
 
+def check_passes() -> bool:
+    """Whether each graph pass is checked to edit the graph only as it declares (ORT_ZERO_CHECK_PASSES=1; off by
+    default: the check snapshots every node before and after each pass, which costs an export time; the tests turn
+    it on)."""
+    raw = os.environ.get("ORT_ZERO_CHECK_PASSES", "0").strip() or "0"
+    if raw not in {"0", "1"}:
+        raise ValueError(f"ORT_ZERO_CHECK_PASSES={raw!r}: use 1 (check every pass's edits) or 0")
+    return raw == "1"
+
+
 def check_environment() -> None:
     """Read every setting once, so a bad value stops `enable_zero3` rather than a step inside ORT."""
     recompute_level()
     trim_heap()
     output_pool()
     cpu_mem_arena()
+    check_passes()
 
 
 def _switch(variable: str, what_1_does: str) -> bool:

@@ -21,6 +21,8 @@ ENVIRONMENT = {
     # pool of compile workers in every rank: two more torch imports per rank on a 2-core machine, and workers that
     # outlive their rank keep mpirun waiting on their output pipes.
     "TORCH_WARM_POOL": "0",
+    # every graph pass is checked to edit the graph only as it declares (ort_zero/ort/passes/contract.py)
+    "ORT_ZERO_CHECK_PASSES": "1",
 }
 SHARED_MEMORY, DEEPSPEED_ALLREDUCE_FILES = Path("/dev/shm"), "deepspeed_allreduce_buffer_*"
 MARKERS = {TESTS / "unit": "unit", TESTS / "distributed": "distributed"}

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
-_state = threading.local()
+_state = threading.local()  # how deep the running thread is in `exporting()`: a thread traces its own model
 _STAND_IN_BUFFERS: set[int] = set()  # data pointers of the buffers of the exports running now (any thread's)
 
 

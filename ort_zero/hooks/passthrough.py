@@ -69,6 +69,9 @@ class BufferPlans:
         self._keys.clear()
 
 
+# Where a PythonOp's Python call finds its plan: the call knows only its Function and integer arguments, which no two
+# graphs of the process share (each module's key is its own). Each entry belongs to the BufferPlans of the model
+# whose graph made it, and goes with that model's graph (`forget`).
 _PLANS: dict[PythonOpKey, tuple[BufferPlans, OpPlan]] = {}
 
 

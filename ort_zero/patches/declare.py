@@ -64,6 +64,14 @@ def transformers_patch(
     declared(group, Declaration(name, f"{owner}.{attribute}", reason, factory, needed_by))
 
 
-def ort_patch(group: str, name: str, owner: str, attribute: str, reason: str, factory: Any) -> None:
+def ort_patch(
+    group: str,
+    name: str,
+    owner: str,
+    attribute: str,
+    reason: str,
+    factory: Any,
+    registers: tuple[Declaration, ...] = (),
+) -> None:
     declaration = Declaration(name, f"{owner}.{attribute}", reason, factory)
-    register(Patch(declaration, "onnxruntime-training", ORT_VERSIONS), group)
+    register(Patch(declaration, "onnxruntime-training", ORT_VERSIONS, registers=registers), group)

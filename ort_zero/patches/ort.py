@@ -3,6 +3,9 @@ outputs and ops it cannot handle. The whole `patch_groups.ORT` group, applied by
 
 from __future__ import annotations
 
+from ..memory import footprint
+from ..ort.export import gradients as export_gradients
+from ..ort.export import overrides as export_overrides
 from ..ort.ortmodule import console, output_structures, shape_inference
 from ..ort.step import torch_kernels
 from ..patch_groups import ORT
@@ -10,11 +13,11 @@ from ..stack.cuda_provider import cuda_provider_required
 from .declare import GEM, GTM, IO, ORTM, deferred, ort_patch, ort_zero_module
 from .export import CHECKPOINT_POLICY
 
-# ort_zero's replacements of ORTModule's own classes, one module each (imported when their patches apply)
+# ort_zero's replacements of ORTModule's own classes, one module each, imported when their patches apply: each imports
+# the graph passes, which import DeepSpeed (importing the declarations imports neither DeepSpeed nor ORT).
 GRAPH_TRANSITION = "ort.ortmodule.graph_transition_manager"
 TRAINING = "ort.ortmodule.training_manager"
 EXECUTION = "ort.ortmodule.graph_execution_manager"
-FOOTPRINT = "memory.footprint"
 INFERENCE = "ort.ortmodule.inference_manager"
 
 for _name, _owner, _attribute, _reason, _factory in [
@@ -94,7 +97,8 @@ ort_patch(
     "without weight) or not at all (expm1): each ORTModule registers ORT's symbolics, then ort_zero's overrides "
     "(ort_zero/ort/export/overrides.py: each op, why, and the model types that need it). Registrations stay with "
     "torch's exporter until the next ORTModule registers ORT's again.",
-    deferred(lambda: ort_zero_module("ort.export.overrides").registering_overrides),
+    export_overrides.registering_overrides,
+    registers=export_overrides.OVERRIDES,
 )  # fmt: skip
 
 # ORT's symbolic shape inference on graphs it gave up on (ort_zero/ort/ortmodule/shape_inference.py says where and why).
@@ -118,7 +122,8 @@ ort_patch(
     "ORT 1.19.2 has no gradient builder for some ops torch's exporter writes (CumSum): each ORTModule registers ORT's "
     "custom gradients, then ort_zero's (ort_zero/ort/export/gradients.py: each gradient, its math, and the model types "
     "that need it). ORT's C++ registry has no way to remove a definition: they stay registered after a revert.",
-    deferred(lambda: ort_zero_module("ort.export.gradients").registering_gradients),
+    export_gradients.registering_gradients,
+    registers=export_gradients.GRADIENTS,
 )  # fmt: skip
 
 # What ORTModule prints (why each line goes: ort_zero/ort/ortmodule/console.py).
@@ -172,7 +177,7 @@ ort_patch(
     "a forward leaves in glibc's heap what it did not keep for the backward (most activations under the layer-wise "
     "recompute: 0.6 GiB per rank on a 162M LLaMA at seq 1024), the first also the export's garbage (1.0 GiB): after "
     "each the heap's free pages go back to the OS.",
-    deferred(lambda: ort_zero_module(FOOTPRINT).trimmed_after_forward),
+    footprint.trimmed_after_forward,
 )  # fmt: skip
 
 ort_patch(

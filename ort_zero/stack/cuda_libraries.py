@@ -51,7 +51,7 @@ OPENED_AT_RUN_TIME = {
 }
 PROVIDER = "libonnxruntime_providers_cuda.so"
 INSTALL_COMMAND = "ORT_ZERO_CUDA=1 launch/bootstrap.sh"
-_loaded: dict[str, ctypes.CDLL] = {}
+_loaded: dict[str, ctypes.CDLL] = {}  # a library loaded stays loaded as long as the process
 
 
 def home() -> Path:

@@ -16,14 +16,23 @@ END = "<!-- end of the generated table -->"
 
 
 def table() -> str:
-    """One row per patch, in each group's order: the group, what it replaces, the versions it was written for, why."""
+    """One row per patch, in each group's order: the group, what it replaces, the versions it was written for, why;
+    after a patch, a row for each op symbolic or gradient its replacement registers."""
     rows = ["| group | replaced | written for | why |", "|---|---|---|---|"]
     for group, declared in patches.groups().items():
         for patch in declared:
             owner = patch.owner_path.replace(":", ".")
-            why = patch.reason.replace("|", "\\|").strip()
-            rows.append(f"| {group} | `{owner}.{patch.attribute}` | {patch.distribution} {patch.versions} | {why} |")
+            written_for = f"{patch.distribution} {patch.versions}"
+            rows.append(f"| {group} | `{owner}.{patch.attribute}` | {written_for} | {_cell(patch.reason)} |")
+            for registered in patch.registers:
+                needed = f" (needed by {', '.join(registered.needed_by)})" if registered.needed_by else ""
+                why = _cell(registered.reason + needed)
+                rows.append(f"| {group} | `{registered.target}`, through `{patch.name}` | {written_for} | {why} |")
     return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").strip()
 
 
 def with_table(page: str) -> str:

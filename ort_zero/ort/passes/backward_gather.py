@@ -36,6 +36,7 @@ from ...zero3.state import fetched_params
 from ..graph.edit import is_zero3_graph, register_function
 from ..graph.training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 from .base import GraphPass, TrainingGraph
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,12 @@ def run(training: TrainingGraph) -> BackwardGatherReport:
     return regather_for_backward(training.graph)
 
 
-PASS = GraphPass("backward_gather", run, provides=frozenset({"backward_regathers"}))
+PASS = GraphPass(
+    "backward_gather",
+    run,
+    edits=frozenset({Edit.INSERT, Edit.REWIRE, Edit.REWRITE, Edit.REMOVE}),
+    provides=frozenset({"backward_regathers"}),
+)
 
 
 def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:

@@ -15,6 +15,7 @@ import torch
 
 from ...hooks.passthrough import BufferPlans, PythonOpKey
 from ..graph.types import value_types
+from .contract import Edit
 from .recompute_region import RECOMPUTE_SUFFIX
 
 
@@ -76,9 +77,11 @@ class TrainingGraph:
 
 @dataclass(frozen=True)
 class GraphPass:
-    """A pass: `run` edits the graph in place and returns its report; `needs` must be provided by earlier passes."""
+    """A pass: `run` edits the graph in place, only as `edits` declares (`contract`), and returns its report; `needs`
+    must be provided by earlier passes."""
 
     name: str
     run: Callable[[Any], PassReport]
+    edits: frozenset[Edit]
     needs: frozenset[str] = frozenset()
     provides: frozenset[str] = frozenset()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..export.gradients import set_attributes_assumed_unset
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 
 
 @dataclass
@@ -31,4 +32,4 @@ def run(exported: ExportedGraph) -> CheckedGradients:
     return CheckedGradients()
 
 
-PASS = GraphPass("custom_gradients", run)
+PASS = GraphPass("custom_gradients", run, edits=frozenset({Edit.REWRITE}))

@@ -29,6 +29,7 @@ from ...zero3.bridge_nodes import BridgeNode
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
 from ..graph.types import element_types
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -155,4 +156,9 @@ def run(exported: ExportedGraph) -> BypassedOutputs:
     return BypassedOutputs(bypass_gradient_free_outputs(exported.model.graph))
 
 
-PASS = GraphPass("gradient_free_bypass", run, needs=frozenset({"zero3_params_from_bridges"}))
+PASS = GraphPass(
+    "gradient_free_bypass",
+    run,
+    edits=frozenset({Edit.INSERT, Edit.REWIRE}),
+    needs=frozenset({"zero3_params_from_bridges"}),
+)

@@ -22,6 +22,7 @@ from ..graph.widening import HALF_TYPES, declares_16_bit
 from ..step.functions import SumOfGradients
 from ..step.torch_kernels.devices import FASTER_IN_TORCH_ON
 from .base import GraphPass, TrainingGraph
+from .contract import Edit
 from .unchecked_kernels import unchecked
 
 logger = logging.getLogger(__name__)
@@ -70,4 +71,4 @@ def run(training: TrainingGraph) -> GradientSumsInTorch:
 
 
 # Before half_precision_casts (what it leaves needs no Casts); after scalar_output_grads, which reads the Sums.
-PASS = GraphPass("gradient_sums", run)
+PASS = GraphPass("gradient_sums", run, edits=frozenset({Edit.INSERT, Edit.REMOVE, Edit.REWIRE}))

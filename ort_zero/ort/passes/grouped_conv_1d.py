@@ -25,6 +25,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -134,4 +135,4 @@ def run(exported: ExportedGraph) -> WidenedConvs:
     return WidenedConvs([conv.name or conv.output[0] for conv in convs])
 
 
-PASS = GraphPass("grouped_conv_1d", run)
+PASS = GraphPass("grouped_conv_1d", run, edits=frozenset({Edit.INSERT, Edit.REWIRE, Edit.REWRITE}))

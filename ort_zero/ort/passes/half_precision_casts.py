@@ -30,6 +30,7 @@ from ..graph.kernels import has_kernel
 from ..graph.types import value_types
 from ..graph.widening import HALF_TYPES, declares_16_bit, half_values, widened
 from .base import GraphPass, TrainingGraph
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -109,4 +110,4 @@ def node_location(node_name: str) -> str:
 
 
 # Last: every node the other passes insert or copy (recompute's copies, the backward's gathers) is covered too.
-PASS = GraphPass("half_precision_casts", run)
+PASS = GraphPass("half_precision_casts", run, edits=frozenset({Edit.INSERT, Edit.REWIRE}))

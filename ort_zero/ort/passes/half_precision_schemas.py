@@ -25,6 +25,7 @@ from onnx import TensorProto
 from ..graph.types import value_types
 from ..graph.widening import declares_16_bit, widened
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -92,4 +93,4 @@ def run(exported: ExportedGraph) -> WidenedForSchemas:
     return report
 
 
-PASS = GraphPass("half_precision_schemas", run)
+PASS = GraphPass("half_precision_schemas", run, edits=frozenset({Edit.INSERT, Edit.REWIRE}))

@@ -21,6 +21,7 @@ from ...python_op import function_name, make_python_op, onnx_dtype
 from ..graph.edit import register_function
 from ..step.functions import RETRIEVED_PARAMS, ParamRetrieval
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 from .zero3_params import TRIGGER_NAME
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,12 @@ def run(exported: ExportedGraph) -> RetrievedParams:
 
 
 # After zero3_params: ZeRO-3 parameters have left the inputs by then, and the trigger input is shared.
-PASS = GraphPass("mem_efficient_grads", run, needs=frozenset({"zero3_params_from_bridges"}))
+PASS = GraphPass(
+    "mem_efficient_grads",
+    run,
+    edits=frozenset({Edit.INSERT, Edit.REWIRE}),
+    needs=frozenset({"zero3_params_from_bridges"}),
+)
 
 
 def rewrite_param_inputs(

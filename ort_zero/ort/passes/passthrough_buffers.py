@@ -36,6 +36,7 @@ from ...python_op import context_of, gradient_context, ints_attribute
 from ..graph.edit import set_ints_attribute
 from ..graph.pass_through import REUSE, is_pass_through, python_op_key
 from .base import GraphPass, TrainingGraph, YieldFeed
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,10 @@ def run(training: TrainingGraph) -> BufferPlan:
 
 # Last: it plans the PythonOps every earlier pass inserted.
 PASS = GraphPass(
-    "passthrough_buffers", run, needs=frozenset({"backward_regathers", "recomputed_regions", "yield_feeds"})
+    "passthrough_buffers",
+    run,
+    edits=frozenset({Edit.REWRITE}),
+    needs=frozenset({"backward_regathers", "recomputed_regions", "yield_feeds"}),
 )
 
 

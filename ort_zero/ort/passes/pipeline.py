@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ... import settings
 from . import (
     backward_gather,
     custom_gradients,
@@ -41,6 +42,7 @@ from . import (
     zero3_params,
 )
 from .base import ExportedGraph, GraphPass, PassReport, TrainingGraph
+from .contract import edits_made, snapshot, undeclared
 
 EXPORT_PASSES: tuple[GraphPass, ...] = (
     same_type_casts.PASS,
@@ -86,8 +88,18 @@ def _run(passes: Sequence[GraphPass], graph: ExportedGraph | TrainingGraph) -> l
     for graph_pass in passes:
         if missing := graph_pass.needs - graph.provided:
             raise RuntimeError(f"ort_zero: graph pass {graph_pass.name} needs {sorted(missing)}, not provided")
-        report = graph_pass.run(graph)
+        report = _run_checked(graph_pass, graph) if settings.check_passes() else graph_pass.run(graph)
         report.log()
         graph.provided |= graph_pass.provides
         reports.append(report)
     return reports
+
+
+def _run_checked(graph_pass: GraphPass, graph: ExportedGraph | TrainingGraph) -> PassReport:
+    """`graph_pass` run between two snapshots of the graph: an edit it does not declare is an error (`contract`)."""
+    onnx_graph = graph.model.graph if isinstance(graph, ExportedGraph) else graph.graph
+    before = snapshot(onnx_graph)
+    report = graph_pass.run(graph)
+    if error := undeclared(graph_pass.name, graph_pass.edits, edits_made(before, snapshot(onnx_graph))):
+        raise RuntimeError(error)
+    return report

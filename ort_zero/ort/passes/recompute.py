@@ -34,6 +34,7 @@ from ...zero3.subscriber import stacked_layers
 from ..graph.edit import is_zero3_graph, register_function
 from ..graph.training_graph import TrainingGraphView
 from .base import GraphPass, TrainingGraph
+from .contract import Edit
 from .recompute_region import RECOMPUTE_SUFFIX, ForwardBridges, Region
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,13 @@ def run(training: TrainingGraph) -> RecomputeReport:
 
 
 # After backward_gather: a recomputed region's reads of parameters are those the re-gather left.
-PASS = GraphPass("recompute", run, needs=frozenset({"backward_regathers"}), provides=frozenset({"recomputed_regions"}))
+PASS = GraphPass(
+    "recompute",
+    run,
+    edits=frozenset({Edit.INSERT, Edit.REWIRE, Edit.REWRITE}),
+    needs=frozenset({"backward_regathers"}),
+    provides=frozenset({"recomputed_regions"}),
+)
 
 
 def recompute_regions(graph: onnx.GraphProto, level: int) -> RecomputeReport:

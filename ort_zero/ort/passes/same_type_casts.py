@@ -19,6 +19,7 @@ import onnx
 from ..graph.edit import replace_input_uses
 from ..graph.types import element_types
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -71,4 +72,4 @@ def run(exported: ExportedGraph) -> RemovedCasts:
     return RemovedCasts([cast.name for cast in casts])
 
 
-PASS = GraphPass("same_type_casts", run)
+PASS = GraphPass("same_type_casts", run, edits=frozenset({Edit.REMOVE, Edit.REWIRE}))

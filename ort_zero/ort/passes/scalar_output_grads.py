@@ -20,6 +20,7 @@ from ...python_op import ints_attribute
 from ..graph.edit import set_ints_attribute
 from ..graph.pass_through import GradientPaths, is_op, yield_op_of
 from .base import GraphPass, TrainingGraph
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 _FULL_SHAPE = "full_shape_outputs"
@@ -89,4 +90,4 @@ def _only_added(paths: GradientPaths, value: str, graph_outputs: set[str], from_
 
 # Before passthrough_buffers, which drops the alias maps of the bridges that feed the YieldOp, and before
 # yield_from_makers, which changes what the YieldOp reads (its report names the outputs as the bridges passed them).
-PASS = GraphPass("scalar_output_grads", run)
+PASS = GraphPass("scalar_output_grads", run, edits=frozenset({Edit.INSERT, Edit.REWIRE}))

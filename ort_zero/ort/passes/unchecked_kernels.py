@@ -19,6 +19,7 @@ import onnx
 from ...python_op import function_name_of
 from ..step.torch_kernels import UNCHECKED
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 _SAFE_RUN_MODE = "safe_run_mode"
@@ -46,4 +47,4 @@ def run(exported: ExportedGraph) -> UncheckedKernels:
     return UncheckedKernels([node.name for node in kernels])
 
 
-PASS = GraphPass("unchecked_kernels", run)
+PASS = GraphPass("unchecked_kernels", run, edits=frozenset({Edit.REWRITE}))

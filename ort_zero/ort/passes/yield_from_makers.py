@@ -27,6 +27,7 @@ from ..graph.pass_through import (
     yield_op_of,
 )
 from .base import GraphPass, TrainingGraph, YieldFeed
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def run(training: TrainingGraph) -> ReadFromMakers:
 
 
 # After scalar_output_grads, which names the model outputs as the YieldOp read them from the bridges.
-PASS = GraphPass("yield_from_makers", run, provides=frozenset({"yield_feeds"}))
+PASS = GraphPass("yield_from_makers", run, edits=frozenset({Edit.REWIRE}), provides=frozenset({"yield_feeds"}))
 
 
 def read_from_makers(graph: onnx.GraphProto, report: ReadFromMakers | None = None) -> dict[PythonOpKey, YieldFeed]:

@@ -27,6 +27,7 @@ from ..export.context import zero3_named_params
 from ..graph.edit import make_trigger_python_op, register_function, replace_input_uses, retype_python_op_input
 from ..step.functions import ParamPull
 from .base import ExportedGraph, GraphPass
+from .contract import Edit
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,12 @@ def run(exported: ExportedGraph) -> BridgedParams:
     return BridgedParams(removed)
 
 
-PASS = GraphPass("zero3_params", run, provides=frozenset({"zero3_params_from_bridges"}))
+PASS = GraphPass(
+    "zero3_params",
+    run,
+    edits=frozenset({Edit.INSERT, Edit.REWIRE, Edit.REWRITE}),
+    provides=frozenset({"zero3_params_from_bridges"}),
+)
 
 
 def rewrite_partitioned_params(

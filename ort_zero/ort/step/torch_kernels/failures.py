@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-_RECORDED: list[RuntimeError] = []
+_RECORDED: list[RuntimeError] = []  # the last kernel failure, until the step raises it (one step runs at a time)
 
 
 def kernel_failure(kernel: str, refused: str, error: BaseException, way_out: str) -> RuntimeError:

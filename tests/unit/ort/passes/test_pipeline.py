@@ -1,5 +1,5 @@
-"""The pass pipeline: every pass file is in it once, in an order that meets each pass's needs, and a pass whose needs
-are not met stops the pipeline before it touches the graph."""
+"""The pass pipeline: every pass file is in it once, in an order that meets each pass's needs, a pass whose needs are
+not met stops the pipeline before it touches the graph, and a pass edits the graph only as it declares (`contract`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.ort.passes import pipeline  # noqa: E402
 from ort_zero.ort.passes.base import GraphPass, TrainingGraph  # noqa: E402
+from ort_zero.ort.passes.contract import Edit  # noqa: E402
 
 PASSES_DIR = Path(pipeline.__file__).parent
 
@@ -47,11 +48,50 @@ class Ran:
 
 def test_a_pass_whose_needs_are_unmet_stops_the_run() -> None:
     ran: list[str] = []
-    first = GraphPass("first", lambda graph: ran.append("first") or Ran(), provides=frozenset({"a"}))
-    second = GraphPass("second", lambda graph: ran.append("second") or Ran(), needs=frozenset({"b"}))
+    first = GraphPass("first", lambda graph: ran.append("first") or Ran(), frozenset(), provides=frozenset({"a"}))
+    second = GraphPass("second", lambda graph: ran.append("second") or Ran(), frozenset(), needs=frozenset({"b"}))
     graph = TrainingGraph(onnx.GraphProto(), recompute_level=0)
 
     with pytest.raises(RuntimeError, match="second needs \\['b'\\]"):
         pipeline._run((first, second), graph)
 
     assert ran == ["first"] and graph.provided == {"a"}
+
+
+def _graph() -> onnx.GraphProto:
+    nodes = [
+        onnx.helper.make_node("Identity", ["x"], ["a"], "first"),
+        onnx.helper.make_node("Relu", ["a"], ["b"], "second"),
+    ]
+    return onnx.helper.make_graph(nodes, "g", [], [])
+
+
+def _removing_the_first(graph: TrainingGraph) -> Ran:
+    graph.graph.node[1].input[0] = "x"
+    del graph.graph.node[0]
+    return Ran()
+
+
+@pytest.mark.parametrize("declared", [frozenset({Edit.REWIRE}), frozenset({Edit.REMOVE})])
+def test_an_edit_a_pass_does_not_declare_stops_it(declared: frozenset, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORT_ZERO_CHECK_PASSES", "1")
+    undeclared = Edit.REMOVE if Edit.REWIRE in declared else Edit.REWIRE
+    graph = TrainingGraph(_graph(), recompute_level=0)
+    with pytest.raises(RuntimeError, match=f"graph pass removing {undeclared.value} \\((first|second)\\)"):
+        pipeline._run((GraphPass("removing", _removing_the_first, declared),), graph)
+
+
+def test_a_pass_that_declares_its_edits_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORT_ZERO_CHECK_PASSES", "1")
+    graph = TrainingGraph(_graph(), recompute_level=0)
+    pipeline._run((GraphPass("removing", _removing_the_first, frozenset({Edit.REWIRE, Edit.REMOVE})),), graph)
+    assert [node.name for node in graph.graph.node] == ["second"]
+
+
+def test_every_pass_declares_what_it_does_and_the_tests_check_it() -> None:
+    """Each pass states its edits; the test run checks them in every pipeline it runs (tests/conftest.py)."""
+    import os
+
+    assert os.environ.get("ORT_ZERO_CHECK_PASSES") == "1"
+    for graph_pass in (*pipeline.EXPORT_PASSES, *pipeline.TRAINING_GRAPH_PASSES):
+        assert graph_pass.edits and graph_pass.edits <= set(Edit), graph_pass.name
