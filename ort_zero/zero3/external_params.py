@@ -89,6 +89,13 @@ def noting_reads(getitem: Callable[[object, str], object]) -> Callable[[object, 
     return getitem_noted
 
 
+def register_read_outside(external: list[tuple[torch.nn.Module, torch.nn.Parameter]]) -> None:
+    """Registers each parameter a training graph's backward reads outside its module with the module whose backward
+    re-gathers it (the graph's plan: `ort.passes.backward_gather`)."""
+    for module, param in external:
+        register_external_parameter(module, param)
+
+
 def register(discovery: Discovery) -> None:
     for module_state, name, param in discovery.found.values():
         register_external_parameter(module_state.module, param)

@@ -16,6 +16,7 @@ from typing import Any
 from ... import settings
 from ...foreign import onnxruntime as ort_internals
 from ...memory.footprint import trim_after_each_backward, trim_training_manager
+from ...zero3 import external_params
 from ..graph.edit import is_zero3_graph
 from ..passes.base import TrainingGraph
 from ..passes.pipeline import run_training_graph_passes
@@ -37,6 +38,7 @@ def graph_optimizers(original: Any) -> Any:
         opsets = tuple(model.opset_import) if model is not None else ()
         training = TrainingGraph(graph, settings.recompute_level(), device, opsets)
         run_training_graph_passes(training)
+        external_params.register_read_outside(training.external_params)
         if manager is not None:
             ort_internals.give_scalar_output_grads(manager, training.scalar_output_grads)
             # this model's earlier graph is gone: its plans go (the new graph's plans for the same PythonOps stay)

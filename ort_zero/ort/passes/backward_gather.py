@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import onnx
 import torch
-from deepspeed.runtime.zero.partition_parameters import register_external_parameter
 from onnx import helper
 
 from ...python_op import first_output, gradient_context
@@ -48,12 +47,15 @@ class BackwardGatherReport:
     regathers: int = 0  # BackwardParamsBridge nodes inserted
     rewired_reads: int = 0  # backward inputs now reading a re-gathered parameter (or a view re-done from one)
     kept: list[str] = field(default_factory=list)  # "node <- value": backward reads still of forward copies
-    registered: list[str] = field(default_factory=list)  # "param ds_id -> module": external parameters registered
+    registered: list[str] = field(default_factory=list)  # "param ds_id -> module": `external`, said
+    # parameters the backward reads outside the modules that own them, each with the module whose re-gather serves
+    # it: DeepSpeed's external parameters of that module, registered before the session runs (the training manager)
+    external: list[tuple[torch.nn.Module, torch.nn.Parameter]] = field(default_factory=list)
 
     def log(self) -> None:
         if self.regathers:
             logger.info(
-                "ort_zero: backward re-gathers for %d modules (%d reads rewired; external parameters registered: %s)",
+                "ort_zero: backward re-gathers for %d modules (%d reads rewired; external parameters to register: %s)",
                 self.regathers,
                 self.rewired_reads,
                 ", ".join(self.registered) or "none",
@@ -61,8 +63,10 @@ class BackwardGatherReport:
 
 
 def run(training: TrainingGraph) -> BackwardGatherReport:
-    """The pass's entry (see `regather_for_backward`)."""
-    return regather_for_backward(training.graph)
+    """The pass's entry (see `regather_for_backward`); the external parameters it found go into the graph's plan."""
+    report = regather_for_backward(training.graph)
+    training.external_params += report.external
+    return report
 
 
 PASS = GraphPass(
@@ -98,9 +102,9 @@ def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
             if not gathering and preceding:
                 # Read outside every module that owns it (e.g. a parent reading a child's weight). DeepSpeed
                 # registers such a parameter with the running module at its first eager forward, which the
-                # ORT graph hides from it: register it with the nearest module whose backward comes first.
+                # ORT graph hides from it: it is to be registered with the nearest module whose backward comes first.
                 module = zero3_state.lookup(anchors[preceding[-1]]).module
-                register_external_parameter(module, origin.param)
+                report.external.append((module, origin.param))
                 gathers[anchors[preceding[-1]]].add(id(origin.param))
                 report.registered.append(f"{origin.param.ds_id} -> {type(module).__name__} (ds_id {module.ds_id})")
                 gathering = [preceding[-1]]

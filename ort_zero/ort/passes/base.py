@@ -63,6 +63,8 @@ class TrainingGraph:
     scalar_output_grads: list[int] = field(default_factory=list)
     # by pass-through PythonOp, the model outputs the YieldOp reads from it (yield_from_makers)
     yield_feeds: dict[PythonOpKey, YieldFeed] = field(default_factory=dict)
+    # parameters to register with DeepSpeed as a module's external ones before the session runs (backward_gather)
+    external_params: list[tuple[torch.nn.Module, torch.nn.Parameter]] = field(default_factory=list)
     # the element type of every value, worked out once, by the first pass that asks (`element_types`)
     types: dict[str, int] = field(default_factory=dict)
 

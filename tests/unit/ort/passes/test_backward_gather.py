@@ -18,6 +18,7 @@ importlib.import_module("onnxruntime.training.ortmodule")
 
 from ort_zero.ort.passes.backward_gather import forward_gathered_reads, regather_for_backward  # noqa: E402
 from ort_zero.python_op import MS_DOMAIN, function_name, function_name_of  # noqa: E402
+from ort_zero.zero3 import external_params  # noqa: E402
 from ort_zero.zero3 import state as zero3_state  # noqa: E402
 from ort_zero.zero3.bridges import PostForwardBridge, PreForwardBridge  # noqa: E402
 from ort_zero.zero3.ort_bridges import BackwardParamsBridge  # noqa: E402
@@ -145,7 +146,8 @@ def test_a_parent_reading_a_childs_weight_gets_it_registered_and_regathered(
 ) -> None:
     """The parent's backward reads the child's weight (as a parent computing with `self.child.weight` does):
     DeepSpeed would have registered it as the parent's external parameter at the first eager forward; the pass
-    does that and serves the read from the parent's re-gather."""
+    plans that (the training manager registers it before the session runs) and serves the read from the parent's
+    re-gather."""
     child, parent = states
     graph = training_graph(child.key)
     # The parent wraps the child's output: its PostForwardBridge backward runs first, then reads the weight.
@@ -166,6 +168,9 @@ def test_a_parent_reading_a_childs_weight_gets_it_registered_and_regathered(
     report = regather_for_backward(graph)
 
     assert report.kept == [] and forward_gathered_reads(graph) == []
+    assert report.external == [(parent.module, child.module.weight)]
+    assert list(parent.module.ds_external_parameters()) == [], "a pass edits the graph; the registering comes after"
+    external_params.register_read_outside(report.external)
     assert [p for _, p in parent.module.ds_external_parameters()] == [child.module.weight]
     regathers = {n.input[0]: n for n in graph.node if function_name_of(n) == function_name(BackwardParamsBridge)}
     assert set(regathers) == {"dy_outer", "dy"}, "one re-gather after each module's PostForwardBridge backward"
