@@ -1,6 +1,6 @@
-"""The autograd Functions ORT's graph runs at every step that ort_zero's export passes insert, besides ZeRO-3's bridges
-(`ort_zero.zero3`): where a graph's parameters come from. The passes only insert their nodes
-(`passes.zero3_params`, `passes.mem_efficient_grads`, `passes.gradient_sums`).
+"""The autograd Functions ORT's graph runs at every step that ort_zero's passes insert, besides ZeRO-3's bridges
+(`ort_zero.zero3`): where a graph's parameters come from, and 16-bit gradient sums. Where their nodes go is the
+passes' (`passes.zero3_params`, `passes.mem_efficient_grads`, `passes.gradient_sums`); what they run is here.
 
     ParamPull       the one-element placeholders that stand for partitioned parameters at the bridges' inputs
     ParamRetrieval  one ordinary parameter handed to ORT; its gradient given to PyTorch as soon as ORT has it
