@@ -95,9 +95,9 @@ class PhaseFaults:
 
 def ort_phases(model: Any) -> dict[str, float]:
     """Seconds ORT spent in each phase of its first training step (its own TimeTracker)."""
-    from ort_zero.foreign import ortmodule
+    from ort_zero.foreign import onnxruntime as ort_internals
 
-    return ortmodule.first_step_phases(getattr(model, "module", model))
+    return ort_internals.first_step_phases(getattr(model, "module", model))
 
 
 def main() -> None:
