@@ -17,6 +17,7 @@ its outputs and gradients are then `borrowed` views, or copies where ORT plans a
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,42 +43,43 @@ class OpPlan:
 
 class BufferPlans:
     """ORT's buffer plan for the pass-through PythonOps of one training graph (`ort_zero.ort.passes.
-    passthrough_buffers` makes it). The Functions find their PythonOp's plan by key while the plan lasts; it is
-    forgotten with its model's ORT graphs (the model falls back to PyTorch, whose views must own their memory)."""
+    passthrough_buffers` makes it; the model's ORTModule keeps it). The Functions find their PythonOp's plan by key
+    while the plan lasts; it is forgotten with its model's ORT graphs (the model falls back to PyTorch, whose views
+    must own their memory), and goes with the model."""
 
     def __init__(self) -> None:
-        self._keys: set[PythonOpKey] = set()
+        self._ops: dict[PythonOpKey, OpPlan] = {}
 
     def plan(
         self, name: str, scalars: tuple[int, ...], *, copied: frozenset[int], borrowed_grads: frozenset[int]
     ) -> None:
         """How the PythonOp of Function `name` with integer arguments `scalars` returns its tensors from now on."""
         key = (name, scalars)
-        _PLANS[key] = (self, OpPlan(copied, borrowed_grads))
-        self._keys.add(key)
+        self._ops[key] = OpPlan(copied, borrowed_grads)
+        _PLANS[key] = self
 
     def planned(self, name: str, scalars: tuple[int, ...]) -> OpPlan | None:
         """This graph's plan for the PythonOp, if it made one and no newer graph replaced it."""
-        entry = _PLANS.get((name, scalars))
-        return entry[1] if entry and entry[0] is self else None
+        key = (name, scalars)
+        return self._ops.get(key) if _PLANS.get(key) is self else None
 
     def forget(self) -> None:
         """Back to PyTorch's views for this graph's PythonOps (plans a newer graph made for them stay)."""
-        for key in self._keys:
-            if _PLANS.get(key, (None,))[0] is self:
+        for key in self._ops:
+            if _PLANS.get(key) is self:
                 del _PLANS[key]
-        self._keys.clear()
+        self._ops.clear()
 
 
-# Where a PythonOp's Python call finds its plan: the call knows only its Function and integer arguments, which no two
-# graphs of the process share (each module's key is its own). Each entry belongs to the BufferPlans of the model
-# whose graph made it, and goes with that model's graph (`forget`).
-_PLANS: dict[PythonOpKey, tuple[BufferPlans, OpPlan]] = {}
+# Whose plans a PythonOp's Python call follows: the call knows only its Function and integer arguments, which no two
+# models' graphs share (each module's key is its own). Held weakly: an entry lives as long as its model keeps the
+# plans, and a newer graph of the same model replaces it.
+_PLANS: weakref.WeakValueDictionary[PythonOpKey, BufferPlans] = weakref.WeakValueDictionary()
 
 
 def _plan_of(key: PythonOpKey) -> OpPlan | None:
-    entry = _PLANS.get(key)
-    return entry[1] if entry else None
+    plans = _PLANS.get(key)
+    return plans.planned(*key) if plans is not None else None
 
 
 def borrowed(tensor: torch.Tensor) -> torch.Tensor:

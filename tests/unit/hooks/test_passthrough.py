@@ -5,6 +5,7 @@ graph, views that own nothing where ORT's buffers own the memory, copies where O
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -113,6 +114,20 @@ def test_forgetting_a_graphs_plans_brings_pytorchs_views_back_for_its_python_ops
     finally:
         other.forget()
         newer.forget()
+
+
+def test_a_models_plans_go_with_the_model() -> None:
+    """The plans live as long as their model keeps them (its ORTModule), not as long as the process: a model that is
+    gone leaves no plan behind for a later model whose PythonOp has the same key."""
+    plans = passthrough.BufferPlans()
+    plans.plan(NAME, (7009,), copied=frozenset(), borrowed_grads=frozenset())
+    tensor = torch.ones(3)
+    (borrowed,) = Through.apply(7009, tensor)
+    assert storage_owners(borrowed) == 1
+    del plans, borrowed
+    gc.collect()
+    (viewed,) = Through.apply(7009, tensor)
+    assert storage_owners(tensor) >= 2 and viewed.data_ptr() == tensor.data_ptr(), "a gone model's plan was followed"
 
 
 def test_a_forward_run_for_an_export_never_borrows(plans: passthrough.BufferPlans) -> None:
