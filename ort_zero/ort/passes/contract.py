@@ -14,8 +14,8 @@ import onnx
 
 class Edit(enum.Enum):
     INSERT = "inserts nodes"
-    REWIRE = "rewires nodes' inputs"
-    REWRITE = "rewrites nodes (their op, attributes or outputs)"
+    REWIRE = "rewires nodes (the values they read or write)"
+    REWRITE = "rewrites nodes (their op or attributes)"
     REMOVE = "removes nodes"
 
 
@@ -42,8 +42,8 @@ def edits_made(before: dict[str, _Node], after: dict[str, _Node]) -> dict[Edit, 
     for edit, names in (
         (Edit.INSERT, after.keys() - before.keys()),
         (Edit.REMOVE, before.keys() - after.keys()),
-        (Edit.REWIRE, _changed(before, after, lambda node: node[2])),
-        (Edit.REWRITE, _changed(before, after, lambda node: (node[0], node[1], node[3], node[4]))),
+        (Edit.REWIRE, _changed(before, after, lambda node: (node[2], node[3]))),
+        (Edit.REWRITE, _changed(before, after, lambda node: (node[0], node[1], node[4]))),
     ):
         if names:
             made[edit] = sorted(names)

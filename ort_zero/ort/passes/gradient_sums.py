@@ -71,4 +71,4 @@ def run(training: TrainingGraph) -> GradientSumsInTorch:
 
 
 # Before half_precision_casts (what it leaves needs no Casts); after scalar_output_grads, which reads the Sums.
-PASS = GraphPass("gradient_sums", run, edits=frozenset({Edit.INSERT, Edit.REMOVE, Edit.REWIRE}))
+PASS = GraphPass("gradient_sums", run, edits=frozenset({Edit.REWIRE, Edit.REWRITE}))

@@ -55,7 +55,7 @@ def run(exported: ExportedGraph) -> RetrievedParams:
 PASS = GraphPass(
     "mem_efficient_grads",
     run,
-    edits=frozenset({Edit.INSERT, Edit.REWIRE}),
+    edits=frozenset({Edit.INSERT}),
     needs=frozenset({"zero3_params_from_bridges"}),
 )
 

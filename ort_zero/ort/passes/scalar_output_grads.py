@@ -90,4 +90,4 @@ def _only_added(paths: GradientPaths, value: str, graph_outputs: set[str], from_
 
 # Before passthrough_buffers, which drops the alias maps of the bridges that feed the YieldOp, and before
 # yield_from_makers, which changes what the YieldOp reads (its report names the outputs as the bridges passed them).
-PASS = GraphPass("scalar_output_grads", run, edits=frozenset({Edit.INSERT, Edit.REWIRE}))
+PASS = GraphPass("scalar_output_grads", run, edits=frozenset({Edit.REWRITE}))

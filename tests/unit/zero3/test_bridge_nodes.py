@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 import ort_zero
 from ort_zero.python_op import first_output, int_scalars, ints_attribute, make_python_op
@@ -78,8 +78,9 @@ def test_a_params_bridge_carries_the_ds_ids_its_forward_takes() -> None:
         SimpleNamespace(ds_id=11, ds_shape=torch.Size([4, 8]), dtype=torch.bfloat16),
         SimpleNamespace(ds_id=12, ds_shape=torch.Size([8]), dtype=torch.bfloat16),
     ]
-    grad = make_python_op("g", "grad", [], [("d_h", 3, BF16)], [("", 3, BF16), ("d_x", 3, BF16)])
-    grad.op_type = "PythonOpGrad"
+    ranks_and_types = {"output_tensor_ranks": [3, 3], "output_tensor_types": [BF16, BF16]}
+    # a gradient node whose first output ORT left out
+    grad = helper.make_node("PythonOpGrad", ["ctx", "d_h"], ["", "d_x"], "grad", **ranks_and_types)
     bridge = BridgeNode.params_bridge(BackwardParamsBridge, "regather", 7, params, after=first_output(grad))
     assert bridge.key == 7 and int_scalars(bridge.node)[1:] == [11, 12]
     assert bridge.node.input[:] == ["d_x"]  # the gradient node's first output that exists

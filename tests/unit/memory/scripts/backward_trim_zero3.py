@@ -1,6 +1,6 @@
 """One process, one rank: a small LLaMA under DeepSpeed ZeRO-3 in an ORTModule, trained two steps; prints, as JSON,
 how many of the forward's MLP activations (torch tensors of the intermediate size) were still alive at each trim
-after a backward. Run by tests/unit/ort/ortmodule/test_footprint.py."""
+after a backward. Run by tests/unit/memory/test_footprint.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from ort_zero.memory import footprint
 from ort_zero.ort.inspection import ort_run_record
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/unit/ort: the scripts' shared setup
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ort"))  # tests/unit/ort: the scripts' shared setup
 from zero3_llama import llama_engine  # noqa: E402
 
 INTERMEDIATE = 1536  # no other tensor of the model ends in this size

@@ -1,7 +1,7 @@
 """One process: a small LLaMA whose linear layers run as torch's matmuls (PythonOps) in an ORTModule, trained
 three steps (SGD) at seq 1024 in the dtype its argument names (float32 or bfloat16); prints, as JSON, the losses, the
 page faults of the third forward, the pages of a forward's linear outputs and the highest RSS seen at the ends of the
-later forwards and backwards. Run by tests/unit/ort/step/torch_kernels/test_output_pool.py with and without
+later forwards and backwards. Run by tests/unit/memory/test_output_pool.py with and without
 ORT_ZERO_OUTPUT_POOL."""
 
 from __future__ import annotations

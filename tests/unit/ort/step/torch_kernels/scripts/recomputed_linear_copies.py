@@ -14,7 +14,7 @@ import torch
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.step.torch_kernels import linear
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/unit/ort: the scripts' shared setup
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # tests/unit/ort: the scripts' shared setup
 from zero3_llama import llama_engine  # noqa: E402
 
 
