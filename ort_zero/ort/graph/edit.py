@@ -1,5 +1,6 @@
-"""Editing ONNX graphs and building ort_zero's PythonOp nodes: the one place the passes do either (reading a PythonOp
-is `ort_zero.python_op`)."""
+"""Editing ONNX graphs for the passes: rewiring values, retyping a PythonOp's input, the trigger PythonOp, registering
+a Function a pass inserts. Building and reading a PythonOp node is `ort_zero.python_op`; a bridge's,
+`ort_zero.zero3.bridge_nodes`."""
 
 from __future__ import annotations
 

@@ -32,8 +32,7 @@ import onnx
 
 from ...hooks import passthrough
 from ...hooks.passthrough import PythonOpKey
-from ...python_op import context_of, gradient_context, ints_attribute
-from ..graph.edit import set_ints_attribute
+from ...python_op import context_of, gradient_context, ints_attribute, set_ints_attribute
 from ..graph.pass_through import REUSE, is_pass_through, python_op_key
 from .base import GraphPass, TrainingGraph, YieldFeed
 from .contract import Edit

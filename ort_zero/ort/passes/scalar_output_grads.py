@@ -16,8 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ...python_op import ints_attribute
-from ..graph.edit import set_ints_attribute
+from ...python_op import ints_attribute, set_ints_attribute
 from ..graph.pass_through import GradientPaths, is_op, yield_op_of
 from .base import GraphPass, TrainingGraph
 from .contract import Edit
