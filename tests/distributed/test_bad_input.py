@@ -54,6 +54,7 @@ def assert_failed_in_time(result: subprocess.CompletedProcess[str], seconds: flo
     print(f"{what}: exit {seconds:.1f}s after rank 1 died")
 
 
+@pytest.mark.extended  # the default set: test_surviving_node_reports_the_lost_rank, one torchrun agent per rank
 def test_torchrun_stops_when_a_rank_dies(tmp_path: Path) -> None:
     argv = torchrun_cmd(DIE_MID_RUN, dying_args(tmp_path), port=free_port())
     env = {"ORT_ZERO_COLLECTIVE_TIMEOUT": str(COLLECTIVE_TIMEOUT_S)}

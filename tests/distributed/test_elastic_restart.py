@@ -81,7 +81,8 @@ def check_restarted_run(out: Path, done: subprocess.CompletedProcess, reference:
     assert max((resumed[name] - straight[name]).abs().max().item() for name in resumed) <= TOLERANCE
 
 
-@pytest.mark.parametrize("rendezvous", ["static", pytest.param("c10d", marks=pytest.mark.extended)])
+@pytest.mark.extended  # the default set restarts a killed rank in test_a_group_the_script_started_restarts_and_resumes
+@pytest.mark.parametrize("rendezvous", ["static", "c10d"])
 def test_a_killed_rank_restarts_and_resumes_natively(
     tmp_path: Path, uninterrupted: dict[str, Path], rendezvous: str
 ) -> None:

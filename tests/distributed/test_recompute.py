@@ -40,6 +40,7 @@ def assert_same_training(result: dict, reference: dict, rel: float) -> None:
             assert got == pytest.approx(expected, rel=rel, abs=1e-7), values
 
 
+@pytest.mark.extended  # 70 s; level 1 trains in the default set: test_zero3_checkpointing, test_train_hf
 def test_levels_1_and_2_recompute_every_block_and_train_as_level_0(tmp_path: Path) -> None:
     level0 = train(tmp_path / "level0", "ort", level=0)
     level1 = train(tmp_path / "level1", "ort", level=1)
