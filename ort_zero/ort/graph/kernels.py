@@ -14,8 +14,10 @@ import functools
 import onnx
 from onnx import helper
 
+from ...python_op import PYTHON_OP, PYTHON_OP_GRAD
+
 # ORT's own nodes that the probe cannot rebuild alone (their kernels take any element type)
-_NOT_PROBED = frozenset({"PythonOp", "PythonOpGrad", "YieldOp"})
+_NOT_PROBED = frozenset({PYTHON_OP, PYTHON_OP_GRAD, "YieldOp"})
 # Kernels registered for every element type that refuse 16-bit floats only when they run; the probe builds, never
 # runs. ORT 1.19.2's CPU Split ("Split operator does not support BFloat16 yet", LLaMA's rotary gradient) and SliceGrad
 # ("Type for T or Tind not supported yet", TRL's SFT loss).

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import onnx
 from onnx import TensorProto, helper
 
-from ...python_op import ints_attribute
+from ...python_op import PYTHON_OP, PYTHON_OP_GRAD, ints_attribute
 
 
 def element_types(graph: onnx.GraphProto) -> dict[str, int]:
@@ -59,8 +59,8 @@ def _add_ort_op_types(graph: onnx.GraphProto, types: dict[str, int]) -> None:
             declared = [(node.output[0], scale), *((name, stash) for name in node.output[1:2])]
         elif node.domain != "com.microsoft":
             continue
-        elif node.op_type in ("PythonOp", "PythonOpGrad"):
-            outputs = node.output[1:] if node.op_type == "PythonOp" else node.output
+        elif node.op_type in (PYTHON_OP, PYTHON_OP_GRAD):
+            outputs = node.output[1:] if node.op_type == PYTHON_OP else node.output
             declared = zip(outputs, ints_attribute(node, "output_tensor_types"), strict=False)
         elif node.op_type in _FIRST_INPUTS_TYPE and node.input[0] in types:
             declared = [(node.output[0], types[node.input[0]])]

@@ -27,7 +27,7 @@ import onnx
 import torch
 from onnx import helper
 
-from ...python_op import function_name, function_name_of
+from ...python_op import PYTHON_OP, function_name, function_name_of
 from ...zero3 import state as zero3_state
 from ...zero3.ort_bridges import RecomputeParamsBridge, RecomputeStartBridge
 from ...zero3.subscriber import stacked_layers
@@ -150,7 +150,7 @@ def recompute_record(graph: onnx.GraphProto | None) -> dict:
         "plans": plans,
         "recomputed_nodes": len(copies),
         # torch kernels (attention, experts) run again in the backward, per kernel: how many copies
-        "recomputed_python_ops": _counts(function_name_of(node) for node in copies if node.op_type == "PythonOp"),
+        "recomputed_python_ops": _counts(function_name_of(node) for node in copies if node.op_type == PYTHON_OP),
     }
 
 

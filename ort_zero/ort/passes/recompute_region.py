@@ -8,7 +8,7 @@ from collections.abc import Generator
 import onnx
 import torch
 
-from ...python_op import PYTHON_OP_GRAD, context_of, first_output, function_name_of, output_type
+from ...python_op import PYTHON_OP, PYTHON_OP_GRAD, context_of, first_output, function_name_of, output_type
 from ...zero3 import state as zero3_state
 from ...zero3.bridge_nodes import BridgeNode
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
@@ -91,7 +91,7 @@ class Region:
         """PythonOps' output 0 is their autograd context, which the backward must read as is; a recomputable
         PythonOp's backward reads its recomputed copy's."""
         node = self.view.nodes[i]
-        return 1 if node.op_type == "PythonOp" and _not_recomputable(node) else 0
+        return 1 if node.op_type == PYTHON_OP and _not_recomputable(node) else 0
 
     def _forward_without_context(self) -> None:
         """A recomputable PythonOp whose backward now reads its copy's context runs in the forward without autograd
@@ -99,7 +99,7 @@ class Region:
         for i in self.nodes:
             node = self.view.nodes[i]
             copied = self.copies.get(node.output[0], node.output[0]) != node.output[0]
-            if node.op_type == "PythonOp" and copied and not _not_recomputable(node):
+            if node.op_type == PYTHON_OP and copied and not _not_recomputable(node):
                 for attribute in node.attribute:
                     if attribute.name == "training_mode":
                         attribute.i = 0
@@ -150,7 +150,7 @@ class Region:
     def _reads_parameters_gathered_outside(self, node: onnx.NodeProto) -> str:
         """A torch kernel whose parameters another module gathers (a tied weight): a copy would read the forward's
         gathered copy, kept alive for it; the kernel keeps its own state instead."""
-        if node.op_type != "PythonOp":
+        if node.op_type != PYTHON_OP:
             return ""
         for value in node.input:
             producer = self.view.producer.get(value)
@@ -194,7 +194,7 @@ class Region:
 
     def _kept_python_output(self, value: str) -> bool:
         producer = self.view.producer.get(value)
-        return producer is not None and self.view.nodes[producer].op_type == "PythonOp" and value not in self.anchored
+        return producer is not None and self.view.nodes[producer].op_type == PYTHON_OP and value not in self.anchored
 
     def _enter(self, value: str) -> str:
         """`value`, a forward value, passed through the start bridge (added to it as one more input)."""
@@ -242,9 +242,9 @@ def _readers_after(view: TrainingGraphView, anchor: int) -> set[int]:
 
 def _not_recomputable(node: onnx.NodeProto) -> str:
     """Why `node` cannot run a second time in the backward ('' if it can)."""
-    if node.op_type == "PythonOp" and function_name_of(node) in RECOMPUTABLE:
+    if node.op_type == PYTHON_OP and function_name_of(node) in RECOMPUTABLE:
         return "it draws attention dropout" if draws_dropout(node) else ""
-    if node.op_type in ("PythonOp", "YieldOp"):
+    if node.op_type in (PYTHON_OP, "YieldOp"):
         return f"{function_name_of(node) or node.op_type} runs Python"
     if node.op_type in _RANDOM:
         return f"{node.op_type} draws random numbers"
