@@ -7,7 +7,8 @@ it): an edit the pass does not declare stops the export with the pass's name and
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable
+from typing import NamedTuple
 
 import onnx
 
@@ -19,13 +20,26 @@ class Edit(enum.Enum):
     REMOVE = "removes nodes"
 
 
-_Node = tuple[str, str, tuple[str, ...], tuple[str, ...], bytes]  # domain, op, inputs, outputs, attributes
+class _Node(NamedTuple):
+    """What a snapshot keeps of a node: its wiring (REWIRE) and what it computes (REWRITE)."""
+
+    domain: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: bytes
+
+    def wiring(self) -> tuple:
+        return self.inputs, self.outputs
+
+    def computation(self) -> tuple:
+        return self.domain, self.op_type, self.attributes
 
 
 def snapshot(graph: onnx.GraphProto) -> dict[str, _Node]:
     """Every node by its name (an unnamed one by its first output, unique in a graph)."""
     return {
-        node.name or f"output {node.output[0] if node.output else ''}": (
+        node.name or f"output {node.output[0] if node.output else ''}": _Node(
             node.domain,
             node.op_type,
             tuple(node.input),
@@ -42,16 +56,16 @@ def edits_made(before: dict[str, _Node], after: dict[str, _Node]) -> dict[Edit, 
     for edit, names in (
         (Edit.INSERT, after.keys() - before.keys()),
         (Edit.REMOVE, before.keys() - after.keys()),
-        (Edit.REWIRE, _changed(before, after, lambda node: (node[2], node[3]))),
-        (Edit.REWRITE, _changed(before, after, lambda node: (node[0], node[1], node[4]))),
+        (Edit.REWIRE, _changed(before, after, _Node.wiring)),
+        (Edit.REWRITE, _changed(before, after, _Node.computation)),
     ):
         if names:
             made[edit] = sorted(names)
     return made
 
 
-def _changed(before: dict[str, _Node], after: dict[str, _Node], part: object) -> Iterable[str]:
-    return [name for name in before.keys() & after.keys() if part(before[name]) != part(after[name])]  # type: ignore[operator]
+def _changed(before: dict[str, _Node], after: dict[str, _Node], part: Callable[[_Node], tuple]) -> list[str]:
+    return [name for name in before.keys() & after.keys() if part(before[name]) != part(after[name])]
 
 
 def undeclared(pass_name: str, declared: frozenset[Edit], made: dict[Edit, list[str]]) -> str:
