@@ -144,6 +144,15 @@ torch_patch(
     "Casts: a sum of two 16-bit activations on the CPU runs as torch's add in a PythonOp, in the model's dtype",
     torch_kernels.sum_in_torch,
 )  # fmt: skip
+torch_patch(
+    TORCH_KERNELS, "torch.rms_norm_in_torch", "torch.nn:Module", "_slow_forward",
+    "ORT 1.19.2's CPU provider runs the SimplifiedLayerNormalization it fuses transformers' RMSNorm into in float32 "
+    "only: a bf16 model's norms and their gradients ran between Casts (0.3-0.5 s of a 9.5 s step, 162M, seq 1024). "
+    "transformers writes an RMSNorm class per model family, so the call is caught where every module's call goes "
+    "while torch traces it: a 16-bit RMSNorm of LLaMA's form on the CPU runs as torch's ops in a PythonOp, in the "
+    "model's dtypes",
+    torch_kernels.rms_norm_in_torch,
+)  # fmt: skip
 transformers_patch(
     TORCH_KERNELS_EXPERTS, "transformers.experts_in_torch", "transformers.integrations.moe:ExpertsInterface",
     "get_interface",

@@ -127,7 +127,7 @@ def silu_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.
     measured faster (`devices`); torch's own for the rest and for an in-place call."""
 
     def silu(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-        if not inplace and isinstance(input, torch.Tensor) and _sixteen_bit_here(input):
+        if not inplace and isinstance(input, torch.Tensor) and is_sixteen_bit_here(input):
             return SiluInTorch.apply(input)
         return replaced(input, inplace)
 
@@ -157,7 +157,8 @@ def sum_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.T
     return __add__
 
 
-def _sixteen_bit_here(tensor: torch.Tensor) -> bool:
+def is_sixteen_bit_here(tensor: torch.Tensor) -> bool:
+    """A 16-bit tensor (not nested) on a device where torch's kernels were measured faster (`devices`)."""
     return tensor.dtype in _SIXTEEN_BIT and faster_in_torch(tensor) and not tensor.is_nested
 
 
@@ -165,7 +166,7 @@ def _like_activations(left: torch.Tensor, right: Any) -> bool:
     """Two 16-bit tensors of one dtype and device, neither a parameter: a norm's `weight * x` stays ORT's, which fuses
     it into its RMSNorm."""
     return (
-        isinstance(right, torch.Tensor) and _sixteen_bit_here(left) and right.dtype == left.dtype
+        isinstance(right, torch.Tensor) and is_sixteen_bit_here(left) and right.dtype == left.dtype
         and right.device == left.device and not right.is_nested
         and not isinstance(left, torch.nn.Parameter) and not isinstance(right, torch.nn.Parameter)
     )  # fmt: skip

@@ -1,0 +1,159 @@
+"""A 16-bit model's RMSNorm as torch's kernels in ORT's graph (ort_zero/ort/step/torch_kernels/norms.py): the
+Function's output is transformers' bit for bit and its gradients are autograd's to the last bf16 unit; it keeps the
+input and the rows' statistics only, in the output pool; only LLaMA-form norms on one 16-bit input are replaced;
+a bf16 LLaMA trains in ORT with every norm a PythonOp and no float32 norm of ORT's left, a float32 one keeps ORT's."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+from ort_zero import patches
+from ort_zero.foreign import onnxruntime as ort_internals
+from ort_zero.memory import output_pool
+from ort_zero.ort.inspection import ort_run_record
+from ort_zero.ort.step.torch_kernels import RmsNormInTorch, rms_norm_in_torch
+from ort_zero.ort.step.torch_kernels.norms import is_llamas_rms_norm
+from ort_zero.python_op import function_name, function_name_of
+
+ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+HIDDEN = 96
+
+
+def _norm(cls: type = LlamaRMSNorm, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    torch.manual_seed(0)
+    norm = cls(HIDDEN, eps=1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.3)
+    return norm
+
+
+def _ulps_apart(left: torch.Tensor, right: torch.Tensor) -> int:
+    """The largest distance between two bf16 tensors in units of the last place (bf16's ordering as int16)."""
+    as_int = [t.contiguous().view(torch.int16).int() for t in (left, right)]
+    ordered = [torch.where(i < 0, -32768 - i, i) for i in as_int]  # sign-magnitude to two's complement order
+    return int((ordered[0] - ordered[1]).abs().max())
+
+
+@pytest.mark.parametrize("rows", [(4, 16), (2, 3, 16)])
+def test_output_is_transformers_bit_for_bit_and_gradients_autograds_to_the_last_bf16_unit(rows: tuple) -> None:
+    norm = _norm()
+    input = torch.randn(*rows[:-1], HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(*rows[:-1], HIDDEN, dtype=torch.bfloat16)
+    expected, got = norm(input), RmsNormInTorch.apply(input, norm, norm.weight)
+    assert torch.equal(got, expected)
+    expected_grads = torch.autograd.grad(expected, (input, norm.weight), grad)
+    got_grads = torch.autograd.grad(got, (input, norm.weight), grad)
+    for got_grad, expected_grad in zip(got_grads, expected_grads, strict=True):
+        assert got_grad.dtype == expected_grad.dtype == torch.bfloat16
+        assert _ulps_apart(got_grad, expected_grad) <= 1  # float32 sums of another order, rounded once
+
+
+def test_a_frozen_weight_gets_zeros_where_asked() -> None:
+    norm = _norm()
+    norm.weight.requires_grad_(False)
+    weight = norm.weight.detach().clone().requires_grad_(True)  # ORT's gathered copy, on a differentiable path
+    input = torch.randn(4, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    input_grad, weight_grad = torch.autograd.grad(RmsNormInTorch.apply(input, norm, weight).sum(), (input, weight))
+    assert torch.equal(weight_grad, torch.zeros_like(weight))
+    assert torch.equal(input_grad, torch.autograd.grad(norm(input).sum(), input)[0])
+
+
+def test_it_keeps_the_input_and_statistics_only_and_its_buffers_are_the_output_pools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """autograd on transformers' norm keeps a float32 copy of the input and the normalized rows besides; here the
+    input is kept as a pool copy (ORT reuses its inputs' buffers), and the output and input gradient are pooled."""
+    pool = output_pool.OutputPool()
+    monkeypatch.setattr(output_pool, "POOL", pool)
+    monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
+    norm = _norm()
+    input = torch.randn(8, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    captured = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        captured.setdefault("saved", []).append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = RmsNormInTorch.apply(input, norm, norm.weight)
+    assert "saved" not in captured  # what it keeps is its own, not autograd's saved tensors
+    input_copy, inverse_rms, weight = output.grad_fn.kept
+    assert torch.equal(input_copy, input) and input_copy.untyped_storage().data_ptr() != input.data_ptr()
+    assert inverse_rms.shape == (8, 1) and inverse_rms.dtype == torch.float32 and weight.shape == (HIDDEN,)
+    assert {_storage(output), _storage(input_copy)} <= _pooled_storages(pool)
+    input_grad = torch.autograd.grad(output, input, torch.ones_like(output))[0]
+    assert _storage(input_grad) in _pooled_storages(pool)
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def _pooled_storages(pool: output_pool.OutputPool) -> set[int]:
+    return {_storage(buffer.tensor) for buffers in pool.buffers.values() for buffer in buffers}
+
+
+def test_only_llama_form_norms_on_one_16_bit_input_are_replaced() -> None:
+    calls = []
+    slow_forward = rms_norm_in_torch(lambda module, *args, **kwargs: calls.append(module) or module.forward(*args))
+    bf16 = torch.randn(2, HIDDEN, dtype=torch.bfloat16)
+    assert is_llamas_rms_norm(_norm()) and is_llamas_rms_norm(_norm(Qwen3RMSNorm))  # a family's copy of LLaMA's
+    assert not is_llamas_rms_norm(_norm(GemmaRMSNorm))  # scales by 1 + weight: ORT's fused norm
+    assert "RmsNormInTorch" in type(slow_forward(_norm(Qwen3RMSNorm), bf16).grad_fn).__name__
+    for module, input in (
+        (_norm(GemmaRMSNorm), bf16),
+        (_norm(dtype=torch.float32), bf16.float()),  # float32: ORT's fused norm has its kernel
+        (torch.nn.Linear(HIDDEN, HIDDEN).to(torch.bfloat16), bf16),
+    ):
+        calls.clear()
+        slow_forward(module, input)
+        assert calls == [module], module
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_llama_trains_in_ort_with_its_norms_in_torch(
+    enabled: None, tiny_llama: Callable[..., LlamaForCausalLM], dtype: torch.dtype
+) -> None:
+    layers = 2
+    torch.manual_seed(0)
+    reference = tiny_llama("sdpa", layers=layers).to(dtype)
+    model = tiny_llama("sdpa", layers=layers).to(dtype)
+    model.load_state_dict(reference.state_dict())
+    ids = torch.randint(0, 96, (2, 24))
+    in_ort = ortmodule.ORTModule(model)
+
+    def step(module: torch.nn.Module) -> tuple[float, dict[str, torch.Tensor]]:
+        module.zero_grad(set_to_none=True)
+        loss = module(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return float(loss), {n: p.grad.float() for n, p in module.named_parameters() if p.grad is not None}
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patches.applied("torch_kernels"))
+        got = [step(in_ort) for _ in range(2)]  # the second: a kept input ORT reused would show
+    expected = [step(reference) for _ in range(2)]
+    record = ort_run_record(in_ort)["training"]
+    assert record["session"], "no ORT session: the model did not run in ORT"
+    graph = ort_internals.optimized_model(ort_internals.execution_manager(in_ort, training=True)).graph
+    norms = Counter(function_name_of(node) for node in graph.node)[function_name(RmsNormInTorch)]
+    fused = {node.op_type for node in graph.node} & {"SimplifiedLayerNormalization", "SimplifiedLayerNormalizationGrad"}
+    sixteen = dtype == torch.bfloat16
+    assert norms == (2 * layers + 1 if sixteen else 0)  # each layer's two and the final norm
+    assert not fused if sixteen else fused == {"SimplifiedLayerNormalization", "SimplifiedLayerNormalizationGrad"}
+    assert not {"SimplifiedLayerNormalization", "SimplifiedLayerNormalizationGrad"} & set(record["float32_fallbacks"])
+    rtol, atol = (5e-2, 5e-3) if sixteen else (1e-4, 1e-5)
+    for (loss, grads), (expected_loss, expected_grads) in zip(got, expected, strict=True):
+        assert loss == pytest.approx(expected_loss, rel=1e-2 if sixteen else 1e-5)
+        assert grads.keys() == expected_grads.keys()
+        for name, grad in expected_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=rtol, atol=atol)
