@@ -16,6 +16,7 @@ training graph (ORT's graph-optimizer registry, before the session exists):
     yield_from_makers     the YieldOp reads model outputs from the kernels that made them, not from bridge copies
     passthrough_buffers   ORT's buffer plan alone owns what the pass-through PythonOps return
     gradient_sums         on the CPU, a 16-bit model's gradient sums run as torch's adds in a PythonOp
+    sixteen_bit_splits    16-bit Splits the provider cannot run move their data as Slices in 16 bits
     half_precision_casts  nodes the provider cannot run in bf16/fp16 compute in float32 between Casts
 """
 
@@ -37,6 +38,7 @@ from . import (
     recompute,
     same_type_casts,
     scalar_output_grads,
+    sixteen_bit_splits,
     unchecked_kernels,
     yield_from_makers,
     zero3_params,
@@ -61,6 +63,7 @@ TRAINING_GRAPH_PASSES: tuple[GraphPass, ...] = (
     yield_from_makers.PASS,
     passthrough_buffers.PASS,
     gradient_sums.PASS,
+    sixteen_bit_splits.PASS,
     half_precision_casts.PASS,
 )
 

@@ -19,12 +19,13 @@ CONFIG = {
 }
 
 
-def llama_engine(**llama_options: Any) -> tuple[Any, torch.nn.Module, Any]:
-    """(DeepSpeed engine, the ORTModule, the LlamaConfig) of `LlamaConfig(**llama_options)`, seeded; the caller
-    ends with `torch.distributed.destroy_process_group()`."""
+def llama_engine(model_type: str = "llama", **llama_options: Any) -> tuple[Any, torch.nn.Module, Any]:
+    """(DeepSpeed engine, the ORTModule, the config) of the causal LM of `model_type` (LLaMA's unless said) and its
+    config of `llama_options`, seeded; the caller ends with `torch.distributed.destroy_process_group()`."""
     import deepspeed
     import torch.distributed as dist
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
     from transformers.integrations import HfDeepSpeedConfig
 
     os.environ.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", DS_ACCELERATOR="cpu", LOCAL_RANK="0")
@@ -34,7 +35,7 @@ def llama_engine(**llama_options: Any) -> tuple[Any, torch.nn.Module, Any]:
     ort_zero.enable_zero3()
     keep = HfDeepSpeedConfig(CONFIG)  # noqa: F841 - while it lives, the model is built under zero.Init
     torch.manual_seed(0)
-    llama = LlamaConfig(**llama_options)
-    model = ortmodule.ORTModule(LlamaForCausalLM(llama))
+    llama = AutoConfig.for_model(model_type, **llama_options)
+    model = ortmodule.ORTModule(MODEL_FOR_CAUSAL_LM_MAPPING[type(llama)](llama))
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=CONFIG)
     return engine, model, llama

@@ -1,17 +1,20 @@
-"""A 16-bit model's SiLU, products and sums of activations as torch's kernels inside ORT's graph, on the CPU.
+"""A 16-bit model's SiLU, products, sums and negations of activations as torch's kernels inside ORT's graph, on the
+CPU.
 
-ORT 1.19.2's CPU provider has no bf16 or fp16 kernel for Mul, Add or the QuickGelu it fuses SiLU into, so
+ORT 1.19.2's CPU provider has no bf16 or fp16 kernel for Mul, Add, Neg or the QuickGelu it fuses SiLU into, so
 `passes.half_precision_casts` runs them in float32 between Casts. The largest such ops of a LLaMA-shaped model are
 its MLP's `act_fn(gate) * up` ([seq, intermediate]): at 162M, seq 1024, bf16, that Mul, the SiLU, their gradients
 and their 14 Casts per layer took 1.2 s of an 18 s step (ORT's profiler, 2026-11-29), where torch computes them in
-bf16; then the rotary embedding's products and sums and the residual sums ([seq, hidden]), 0.5 s. While a 16-bit
-ZeRO-3 model is exported on the CPU, `F.silu` runs as `SiluInTorch`, and `a * b` and `a + b` of two tensors of one
-dtype, neither a parameter, as `ProductInTorch` and `SumInTorch`: PythonOps whose forward and backward are torch's
-kernels, the values native ZeRO-3 computes (torch's bf16 kernels compute in float32 and round once, as ORT's Casts
-did). Each keeps what ORT's own op kept for its gradient (the SiLU's input, the factors; a sum keeps nothing). A norm's
-`weight * x` (ORT fuses it into its RMSNorm) and float32 models keep ORT's ops. Their outputs, gradients and kept
-copies come from the output pool (`output_pool`), as the linear layers' do: left to torch, a bf16 162M LLaMA's
-forward at seq 2048 faulted them in again every step (about 90 MiB a layer).
+bf16; then the rotary embedding's products and sums and the residual sums ([seq, hidden]), 0.5 s, and the rotary
+embedding's negations and their Casts, 0.07 s of a 6 s step (2026-12-01). While a 16-bit ZeRO-3 model is exported on
+the CPU, `F.silu` runs as `SiluInTorch`, `a * b` and `a + b` of two tensors of one dtype, neither a parameter, as
+`ProductInTorch` and `SumInTorch`, and `-a` of such a tensor as `NegationInTorch`: PythonOps whose forward and
+backward are torch's kernels, the values native ZeRO-3 computes (torch's bf16 kernels compute in float32 and round
+once, as ORT's Casts did). Each keeps what ORT's own op kept for its gradient (the SiLU's input, the factors; a sum
+and a negation keep nothing). A product with a parameter (a norm's `weight * x` where ORT's fused norm stays) and
+float32 models keep ORT's ops. Their outputs, gradients and kept copies come from the output pool (`output_pool`), as
+the linear layers' do: left to torch, a bf16 162M LLaMA's forward at seq 2048 faulted them in again every step
+(about 90 MiB a layer).
 """
 
 from __future__ import annotations
@@ -122,6 +125,26 @@ class SiluInTorch(torch.autograd.Function):
         return [shapes[0]], [dtypes[0]]
 
 
+class NegationInTorch(torch.autograd.Function):
+    """`-input` (the rotary embedding's `rotate_half`): ORT's CPU Neg is float32 only."""
+
+    @staticmethod
+    def forward(ctx: Any, input: torch.Tensor) -> torch.Tensor:
+        wanted_grads(ctx, input)
+        out = pooled(tuple(input.shape), input)
+        return torch.neg(input) if out is None else torch.neg(input, out=out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        out = pooled(tuple(grad.shape), grad)
+        return torch.neg(grad) if out is None else torch.neg(grad, out=out)
+
+    @staticmethod
+    def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
+        """The input's shape and type."""
+        return [shapes[0]], [dtypes[0]]
+
+
 def silu_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """The patch's factory for `F.silu`: `SiluInTorch` for a 16-bit tensor on a device where torch's kernel was
     measured faster (`devices`); torch's own for the rest and for an in-place call."""
@@ -155,6 +178,18 @@ def sum_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.T
         return replaced(self, other)
 
     return __add__
+
+
+def negation_in_torch(replaced: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The patch's factory for `Tensor.__neg__`: `NegationInTorch` for a 16-bit activation (not a parameter) on a
+    device where torch's kernels were measured faster (`devices`); every other negation is torch's own."""
+
+    def __neg__(self: torch.Tensor) -> torch.Tensor:
+        if is_sixteen_bit_here(self) and not isinstance(self, torch.nn.Parameter):
+            return NegationInTorch.apply(self)
+        return replaced(self)
+
+    return __neg__
 
 
 def is_sixteen_bit_here(tensor: torch.Tensor) -> bool:

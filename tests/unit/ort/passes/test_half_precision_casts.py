@@ -107,7 +107,7 @@ SESSION_GRAPH = Path(__file__).parent / "scripts" / "bf16_session_graph.py"
 
 
 def test_the_session_keeps_no_float32_copy_from_the_forward_for_the_backward() -> None:
-    """A bf16 ZeRO-3 LLaMA in ORT (one rank, fallback off): each backward node widens its own bf16 inputs, so no
+    """A bf16 ZeRO-3 Gemma in ORT (one rank, fallback off): each backward node widens its own bf16 inputs, so no
     float32 copy lives from the forward to the backward in the graph ORT's session runs. ORT's common-subexpression
     elimination merged those Casts into the forward's (+370 MiB per rank at 162M, seq 1024): its sessions of such
     graphs run without it."""

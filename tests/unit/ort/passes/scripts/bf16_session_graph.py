@@ -1,4 +1,4 @@
-"""One process, one rank: a small LLaMA in bf16 under DeepSpeed ZeRO-3 in an ORTModule, trained one step; prints, as
+"""One process, one rank: a small Gemma in bf16 under DeepSpeed ZeRO-3 in an ORTModule, trained one step; prints, as
 JSON, the float32 copies of forward values that the graph ORT's session really runs (after its own optimizations,
 saved through `SessionOptions.optimized_model_filepath`) keeps for the backward, the loss, and whether ORT ran. Run
 by tests/unit/ort/passes/test_half_precision_casts.py."""
@@ -51,9 +51,10 @@ def float32_copies_kept(graph: onnx.GraphProto) -> list[str]:
 
 def main() -> None:
     zero3_llama.CONFIG["bf16"] = {"enabled": True}
+    # Gemma: its norms (`1 + weight`) and GELU are ORT's, widened, where a LLaMA's now run in torch in bf16
     engine, model, llama = zero3_llama.llama_engine(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        max_position_embeddings=128,
+        "gemma", vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
     )  # fmt: skip
     saving_the_session_graph()
     ids = torch.randint(0, llama.vocab_size, (1, 64))

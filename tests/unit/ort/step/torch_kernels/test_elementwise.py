@@ -20,16 +20,18 @@ from ort_zero.foreign import onnxruntime as ort_internals
 from ort_zero.memory import output_pool
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.step.torch_kernels import (
+    NegationInTorch,
     ProductInTorch,
     SiluInTorch,
     SumInTorch,
+    negation_in_torch,
     product_in_torch,
     silu_in_torch,
     sum_in_torch,
 )
 from ort_zero.python_op import function_name, function_name_of
 
-KERNELS = {function_name(ProductInTorch), function_name(SiluInTorch), function_name(SumInTorch)}
+KERNELS = {function_name(f) for f in (NegationInTorch, ProductInTorch, SiluInTorch, SumInTorch)}
 LAYERS = 2
 ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
@@ -46,13 +48,13 @@ def test_values_and_gradients_are_torchs_bit_for_bit(right_shape: tuple[int, ...
         expected_grads = torch.autograd.grad(expected, (left, right), grad)
         for got_grad, expected_grad in zip(torch.autograd.grad(got, (left, right), grad), expected_grads, strict=True):
             assert torch.equal(got_grad, expected_grad)
-    expected = torch.nn.functional.silu(left)
-    got = SiluInTorch.apply(left)
-    assert torch.equal(got, expected)
-    assert torch.equal(torch.autograd.grad(got, left, grad)[0], torch.autograd.grad(expected, left, grad)[0])
+    for function, op in ((SiluInTorch, torch.nn.functional.silu), (NegationInTorch, torch.neg)):
+        expected, got = op(left), function.apply(left)
+        assert torch.equal(got, expected)
+        assert torch.equal(torch.autograd.grad(got, left, grad)[0], torch.autograd.grad(expected, left, grad)[0])
 
 
-@pytest.mark.parametrize("function", [ProductInTorch, SumInTorch, SiluInTorch])
+@pytest.mark.parametrize("function", [ProductInTorch, SumInTorch, SiluInTorch, NegationInTorch])
 def test_outputs_gradients_and_kept_copies_are_the_output_pools(
     function: type[torch.autograd.Function], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,9 +63,10 @@ def test_outputs_gradients_and_kept_copies_are_the_output_pools(
     monkeypatch.setattr(output_pool, "POOL", pool)
     monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
     inputs = [torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
-    inputs = inputs[:1] if function is SiluInTorch else inputs
+    inputs = inputs[:1] if function in (SiluInTorch, NegationInTorch) else inputs
     output = function.apply(*inputs)
-    kept = 0 if function is SumInTorch else len(inputs)  # a product keeps both factors, the SiLU its input
+    # a product keeps both factors, the SiLU its input; a sum and a negation keep nothing
+    kept = 0 if function in (SumInTorch, NegationInTorch) else len(inputs)
     assert _storage(output) in _pooled_storages(pool)
     assert len(pool.buffers[torch.bfloat16]) == 1 + kept  # the output and the kept copies
     grads = torch.autograd.grad(output, inputs, torch.ones_like(output))
@@ -83,9 +86,12 @@ def test_only_16_bit_silus_and_products_and_sums_of_activations_are_replaced(dty
     mul = product_in_torch(lambda a, b: torch.mul(a, b))
     add = sum_in_torch(lambda a, b: torch.add(a, b))
     silu = silu_in_torch(lambda input, inplace: torch.nn.functional.silu(input, inplace))
+    neg = negation_in_torch(lambda input: torch.neg(input))
     left, right = torch.randn(4, 8, dtype=dtype, requires_grad=True), torch.randn(4, 8, dtype=dtype)
     replaced = dtype == torch.bfloat16
     assert ("SiluInTorch" in type(silu(left).grad_fn).__name__) == replaced
+    assert ("NegationInTorch" in type(neg(left).grad_fn).__name__) == replaced
+    assert "NegationInTorch" not in type(neg(torch.nn.Parameter(left.detach())).grad_fn).__name__
     for op, name in ((mul, "ProductInTorch"), (add, "SumInTorch")):
         assert (name in type(op(left, right).grad_fn).__name__) == replaced
         assert (name in type(op(left, right[:1]).grad_fn).__name__) == replaced  # broadcast
@@ -121,10 +127,12 @@ def test_a_llama_trains_with_its_mlp_activation_and_product_in_torch(
     kernels = Counter(name.rsplit(".", 1)[-1] for node in graph.node if (name := function_name_of(node)) in KERNELS)
     sixteen = dtype == torch.bfloat16
     # per layer: the MLP's act_fn(gate) and its product with up; the rotary embedding's four products and two sums;
-    # the two residual sums
-    per_layer = {"SiluInTorch": 1, "ProductInTorch": 5, "SumInTorch": 4} if sixteen else {}
+    # the two residual sums; the rotary embedding's two negations
+    per_layer = {"SiluInTorch": 1, "ProductInTorch": 5, "SumInTorch": 4, "NegationInTorch": 2} if sixteen else {}
     assert {name: kernels[name] for name in per_layer} == {name: LAYERS * n for name, n in per_layer.items()}
-    assert not sixteen or not {"QuickGelu", "QuickGeluGrad", "Sigmoid", "Mul", "Add"} & set(record["float32_fallbacks"])
+    assert not sixteen or not {"QuickGelu", "QuickGeluGrad", "Sigmoid", "Mul", "Add", "Neg"} & set(
+        record["float32_fallbacks"]
+    )
     rtol, atol = (5e-2, 5e-3) if sixteen else (1e-4, 1e-5)  # bf16: a few ulps of its 8-bit mantissa
     for (loss, grads), (expected_loss, expected_grads) in zip(got, expected, strict=True):
         assert loss == pytest.approx(expected_loss, rel=1e-2 if sixteen else 1e-5)
