@@ -25,8 +25,8 @@ def llama_engine(model_type: str = "llama", **llama_options: Any) -> tuple[Any, 
     import deepspeed
     import torch.distributed as dist
     from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
     from transformers.integrations import HfDeepSpeedConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     os.environ.update(ORTMODULE_FALLBACK_POLICY="FALLBACK_DISABLE", DS_ACCELERATOR="cpu", LOCAL_RANK="0")
     store = os.path.join(tempfile.mkdtemp(), "store")
