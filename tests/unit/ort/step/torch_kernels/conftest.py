@@ -1,4 +1,4 @@
-"""What the torch-kernel tests share: a tiny causal LM trained one step in PyTorch and in an ORTModule (fallback off,
+"""What the torch-kernel tests share: a tiny causal LM trained in PyTorch and in an ORTModule (fallback off,
 the kernels' patch group applied around the export as a ZeRO-3 export applies it), and the forward values ORT's
 training graph keeps for the backward."""
 
@@ -92,3 +92,41 @@ def tiny_llama() -> Callable[..., LlamaForCausalLM]:
         return LlamaForCausalLM._from_config(LlamaConfig(**fields | config), attn_implementation=attn)
 
     return make
+
+
+@pytest.fixture
+def llama_in_ort(enabled: None, tiny_llama: Callable[..., LlamaForCausalLM]) -> Callable[..., tuple[dict, object]]:
+    """`llama_in_ort(dtype, layers)`: two steps of a tiny sdpa LLaMA in `dtype`, in PyTorch and in an ORTModule
+    exported with the torch kernels' patch group (the second step: a kept input ORT reused would show); losses and
+    gradients agree (bf16: a few units of its 8-bit mantissa) and an ORT session ran. Returns the training graph's run
+    record and the graph ORT optimized."""
+    ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
+
+    def step(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return float(loss.detach()), {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
+
+    def check(dtype: torch.dtype, layers: int) -> tuple[dict, object]:
+        torch.manual_seed(0)
+        reference = tiny_llama("sdpa", layers=layers).to(dtype)
+        model = tiny_llama("sdpa", layers=layers).to(dtype)
+        model.load_state_dict(reference.state_dict())
+        ids = torch.randint(0, 96, (2, 24))
+        in_ort = ortmodule.ORTModule(model)
+        with patches.applied("torch_kernels"):
+            got = [step(in_ort, ids) for _ in range(2)]
+        expected = [step(reference, ids) for _ in range(2)]
+        record = ort_run_record(in_ort)["training"]
+        assert record["session"], "no ORT session: the model did not run in ORT"
+        sixteen = dtype == torch.bfloat16
+        rtol, atol = (5e-2, 5e-3) if sixteen else (1e-4, 1e-5)
+        for (loss, grads), (expected_loss, expected_grads) in zip(got, expected, strict=True):
+            assert loss == pytest.approx(expected_loss, rel=1e-2 if sixteen else 1e-5)
+            assert grads.keys() == expected_grads.keys()
+            for name, grad in expected_grads.items():
+                torch.testing.assert_close(grads[name], grad, rtol=rtol, atol=atol)
+        return record, ort_internals.optimized_model(ort_internals.execution_manager(in_ort, training=True)).graph
+
+    return check

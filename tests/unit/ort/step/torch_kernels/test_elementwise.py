@@ -6,19 +6,13 @@ SiLU, Mul or Add of ORT's left but the norms'; a float32 model keeps ORT's ops."
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from collections import Counter
 from collections.abc import Callable
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
 
-from ort_zero import patches
-from ort_zero.foreign import onnxruntime as ort_internals
 from ort_zero.memory import output_pool
-from ort_zero.ort.inspection import ort_run_record
 from ort_zero.ort.step.torch_kernels import (
     NegationInTorch,
     ProductInTorch,
@@ -33,7 +27,6 @@ from ort_zero.python_op import function_name, function_name_of
 
 KERNELS = {function_name(f) for f in (NegationInTorch, ProductInTorch, SiluInTorch, SumInTorch)}
 LAYERS = 2
-ortmodule = importlib.import_module("onnxruntime.training.ortmodule")
 
 
 @pytest.mark.parametrize("right_shape", [(3, 64), (1, 64), (3, 1), ()])  # one shape, and broadcast
@@ -100,41 +93,16 @@ def test_only_16_bit_silus_and_products_and_sums_of_activations_are_replaced(dty
             assert name not in type(op(left, other).grad_fn).__name__
 
 
-def _step(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
-    model.zero_grad(set_to_none=True)
-    loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    return float(loss), {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_llama_trains_with_its_mlp_activation_and_product_in_torch(
-    enabled: None, tiny_llama: Callable[..., LlamaForCausalLM], dtype: torch.dtype
+    llama_in_ort: Callable[..., tuple[dict, object]], dtype: torch.dtype
 ) -> None:
-    torch.manual_seed(0)
-    reference = tiny_llama("sdpa", layers=LAYERS).to(dtype)
-    model = tiny_llama("sdpa", layers=LAYERS).to(dtype)
-    model.load_state_dict(reference.state_dict())
-    ids = torch.randint(0, 96, (2, 24))
-    in_ort = ortmodule.ORTModule(model)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(patches.applied("torch_kernels"))
-        got = [_step(in_ort, ids) for _ in range(2)]  # the second: a kept input ORT reused would show
-    expected = [_step(reference, ids) for _ in range(2)]
-    record = ort_run_record(in_ort)["training"]
-    assert record["session"], "no ORT session: the model did not run in ORT"
-    graph = ort_internals.optimized_model(ort_internals.execution_manager(in_ort, training=True)).graph
+    record, graph = llama_in_ort(dtype, LAYERS)
     kernels = Counter(name.rsplit(".", 1)[-1] for node in graph.node if (name := function_name_of(node)) in KERNELS)
     sixteen = dtype == torch.bfloat16
     # per layer: the MLP's act_fn(gate) and its product with up; the rotary embedding's four products and two sums;
     # the two residual sums; the rotary embedding's two negations
     per_layer = {"SiluInTorch": 1, "ProductInTorch": 5, "SumInTorch": 4, "NegationInTorch": 2} if sixteen else {}
     assert {name: kernels[name] for name in per_layer} == {name: LAYERS * n for name, n in per_layer.items()}
-    assert not sixteen or not {"QuickGelu", "QuickGeluGrad", "Sigmoid", "Mul", "Add", "Neg"} & set(
-        record["float32_fallbacks"]
-    )
-    rtol, atol = (5e-2, 5e-3) if sixteen else (1e-4, 1e-5)  # bf16: a few ulps of its 8-bit mantissa
-    for (loss, grads), (expected_loss, expected_grads) in zip(got, expected, strict=True):
-        assert loss == pytest.approx(expected_loss, rel=1e-2 if sixteen else 1e-5)
-        for name, grad in expected_grads.items():
-            torch.testing.assert_close(grads[name], grad, rtol=rtol, atol=atol)
+    torchs = {"QuickGelu", "QuickGeluGrad", "Sigmoid", "Mul", "Add", "Neg"}
+    assert not sixteen or not torchs & set(record["float32_fallbacks"])
