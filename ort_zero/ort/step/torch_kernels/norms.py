@@ -3,7 +3,7 @@
 ORT's optimizer fuses transformers' RMSNorm into `SimplifiedLayerNormalization`, for which ORT 1.19.2's CPU provider
 has float32 kernels only: `passes.half_precision_casts` then runs the norm and its gradient in float32 between
 Casts. At 162M, seq 1024, bf16 the fused norms, their gradients and their Casts took 0.3-0.5 s of a 9.5 s step (ORT's
-profiler, 2026-11-30), where native ZeRO-3 runs transformers' RMSNorm in torch. While a 16-bit ZeRO-3 model is exported
+profiler, 2026-11-29), where native ZeRO-3 runs transformers' RMSNorm in torch. While a 16-bit ZeRO-3 model is exported
 on the CPU, a norm whose forward is LLaMA's RMSNorm (142 of transformers' 198 RMSNorm classes share its code:
 `is_llamas_rms_norm`) runs as `RmsNormInTorch`, a PythonOp whose forward computes what transformers' does, in the same
 dtypes and order (the statistics in float32, the normalized rows rounded to the model's dtype, then times the
