@@ -24,9 +24,10 @@ def unowned_storage(data_ptr: int, device: torch.device, nbytes: int) -> torch.U
     return torch._C._construct_storage_from_data_pointer(data_ptr, device, nbytes)
 
 
-def storage_use_count(tensor: torch.Tensor) -> int:
-    """The references to `tensor`'s storage: its tensors and views, and the storage object this call makes (one)."""
-    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+def storage_object_use_count(storage: torch.UntypedStorage) -> int:
+    """The references to the storage behind a storage object: its tensors and views, and each such object (one for
+    `storage` itself)."""
+    return torch._C._storage_Use_Count(storage._cdata)
 
 
 def full_backward_hooks(module: torch.nn.Module) -> list[Callable[..., Any]]:
