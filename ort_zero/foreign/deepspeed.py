@@ -1,6 +1,7 @@
 """DeepSpeed's internals that ort_zero reads and writes (deepspeed `versions.DEEPSPEED_VERSIONS`).
 
-Read: the parameter coordinator's private `__inflight_param_registry` (prefetches in flight) and `_invalidate_trace`,
+Read: the parameter coordinator's private `__inflight_param_registry` (prefetches in flight), `_invalidate_trace`, its
+prefetch bucket and live-parameter counts and `__all_gather_params` (the gathers its prefetch starts),
 a module's `_external_params`, the accelerator's `_name`, the F.linear zero.Init set aside (`linear_bk`), the ZeRO-3
 optimizer behind a parameter's gradient hook (a closure DeepSpeed registers) and its private
 `__reduce_and_partition_ipg_grads` (reduce the gradients held in the bucket now), and the name of the shared-memory
@@ -48,6 +49,27 @@ def wait_for_inflight_gathers(offload: Any, params: list[torch.nn.Parameter]) ->
     for param in params:
         if param in registry:
             registry.pop(param).wait()
+
+
+def records_trace(offload: Any) -> bool:
+    """Whether the coordinator is recording this step's module order (its first step): it prefetches nothing."""
+    return offload.get_param_coordinator().is_record_trace()
+
+
+def prefetch_budget(offload: Any) -> int:
+    """How many elements the coordinator's prefetch would gather at once now: its bucket
+    (`stage3_prefetch_bucket_size`), within what its live-parameter limit (`stage3_max_live_parameters`) leaves."""
+    coordinator = offload.get_param_coordinator()
+    private = vars(coordinator)
+    prefix = "_PartitionedParameterCoordinator__"
+    live_room = private[prefix + "max_n_available_params"] - private[prefix + "n_available_params"]
+    return max(0, min(live_room, private[prefix + "prefetch_bucket_sz"]))
+
+
+def start_gathers(offload: Any, params: list[torch.nn.Parameter], forward: bool) -> None:
+    """Starts gathering `params` as the coordinator's own prefetch does: the handles go to its registry of gathers in
+    flight, which its fetch of their module waits on."""
+    offload.get_param_coordinator()._PartitionedParameterCoordinator__all_gather_params(set(params), forward)
 
 
 def invalidate_trace(offload: Any) -> None:

@@ -33,7 +33,9 @@ class StepStartBridge(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if not is_exporting():
+        if is_exporting():
+            zero3_state.lookup(key).export_traced(outermost=True)
+        else:
             zero3_state.lookup(key).start_step()
         return passthrough.passed_through(ctx, StepStartBridge, (key,), tensors)
 
@@ -60,6 +62,8 @@ class PreForwardBridge(torch.autograd.Function):
         ctx.key, ctx.input_count = key, input_count
         ctx.counted = any(ctx.needs_input_grad[2 : 2 + input_count])
         ctx.placeholders = [(t.shape, t.dtype, t.device) for t in tensors[input_count:]]
+        if is_exporting():
+            module_state.export_traced(outermost=False)
         ctx.call = None if is_exporting() else module_state.gather_for_forward()
         outputs = passthrough.passed_through(ctx, PreForwardBridge, (key, input_count), tensors[:input_count])
         if ctx.placeholders:

@@ -37,6 +37,7 @@ from ..foreign import torch as torch_internals
 from ..memory import heap
 from ..python_op import KeyedRegistry
 from . import grad_handoff
+from .exported_order import ExportedOrder
 
 
 class Phase(enum.Enum):
@@ -96,6 +97,8 @@ class ModuleState:
     offload: Any  # deepspeed.runtime.zero.parameter_offload.DeepSpeedZeRoOffload
     key: int = 0  # its key in `STATES`, set by `register`
     clock: StepClock = field(default_factory=StepClock)  # shared by the states of one hooked model
+    # The model's modules as its export traced them (shared too): what the first step prefetches.
+    order: ExportedOrder = field(default_factory=lambda: ExportedOrder(fetched_params))
     # Its calls still in their forward, the innermost last (a module may run inside its own forward).
     open_calls: list[ModuleCall] = field(default_factory=list)
     # Its calls gathered again for their backward whose backward has not ended (this step's).
@@ -119,6 +122,12 @@ class ModuleState:
             self.exported_params = fetched_params(self.module)
         return self.exported_params
 
+    def export_traced(self, outermost: bool) -> None:
+        """The export's trace reached this module's forward (the outermost module's: the trace begins)."""
+        if outermost:
+            self.order.restart()
+        self.order.traced(self.module)
+
     def start_step(self) -> None:
         """The outermost module's forward begins: DeepSpeed's coordinator starts a step (its trace, its prefetch)."""
         self.clock.step += 1
@@ -131,6 +140,7 @@ class ModuleState:
             call.advance("abandon")
             self.open_calls.remove(call)
         self.offload.pre_sub_module_forward_function(self.module)
+        self.order.prefetch_from(self.module, self.offload, forward=True)
         self.open_calls.append(ModuleCall(self.module, self.clock.step))
         return self.open_calls[-1]
 
@@ -161,6 +171,7 @@ class ModuleState:
         if self.trims_heap:
             heap.give_back_if_grown()
         self.offload.pre_sub_module_backward_function(self.module)
+        self.order.prefetch_from(self.module, self.offload, forward=False)
 
     def params_for_backward(self, ds_ids: Sequence[int]) -> tuple[torch.Tensor, ...]:
         """Under ORT, the parameters its backward reads, as gathered again for it (`gather_for_backward`)."""
@@ -215,9 +226,14 @@ STATES: KeyedRegistry[ModuleState] = KeyedRegistry("ZeRO-3 module state")
 
 
 def register(
-    module: torch.nn.Module, offload: Any, trims_heap: bool = False, clock: StepClock | None = None
+    module: torch.nn.Module,
+    offload: Any,
+    trims_heap: bool = False,
+    clock: StepClock | None = None,
+    order: ExportedOrder | None = None,
 ) -> ModuleState:
-    state = ModuleState(module, offload, clock=clock or StepClock(), trims_heap=trims_heap)
+    order = order or ExportedOrder(fetched_params)
+    state = ModuleState(module, offload, clock=clock or StepClock(), order=order, trims_heap=trims_heap)
     state.key = STATES.add(state)
     return state
 

@@ -13,6 +13,7 @@ from ..hooks import RunContext, SubscriberBase, flatten, is_exporting
 from . import activation_checkpointing, external_params
 from . import state as zero3_state
 from .bridges import PostForwardBridge, PreForwardBridge, StepStartBridge
+from .exported_order import ExportedOrder
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +30,9 @@ class ZeROOffloadSubscriber(SubscriberBase):
         self.offload = offload
         self.states: dict[torch.nn.Module, zero3_state.ModuleState] = {}
         layers = {layer for layer in stacked_layers(root) if _on_cpu(layer)}
-        clock = zero3_state.StepClock()
+        clock, order = zero3_state.StepClock(), ExportedOrder(zero3_state.fetched_params)
         for module in hooked_modules(root):
-            self.states[module] = zero3_state.register(module, offload, module in layers, clock)
+            self.states[module] = zero3_state.register(module, offload, module in layers, clock, order)
         self.root_state = self.states[root]
 
     def close(self) -> None:

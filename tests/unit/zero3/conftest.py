@@ -2,7 +2,7 @@
 
 No DeepSpeed engine and no process group: the fake only keeps the contract ort_zero relies on
 (`pre_sub_module_forward_function` pushes the module on `parameter_offload.FWD_MODULE_STACK`, the post-forward
-path pops it, `get_param_coordinator().reset_step()` starts a step).
+path pops it, `get_param_coordinator().reset_step()` starts a step, `is_record_trace()` says whether it records).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ GATHER, RELEASE, BWD_GATHER, BWD_RELEASE, RESET = "fwd_gather", "fwd_release", "
 
 
 class FakeCoordinator:
-    """Stands in for DeepSpeed's PartitionedParameterCoordinator: logs `reset_step`, has a trace to invalidate."""
+    """Stands in for DeepSpeed's PartitionedParameterCoordinator: logs `reset_step`, has a trace to invalidate, never
+    records one."""
 
     def __init__(self, log: list[Event]) -> None:
         self.log = log
@@ -35,6 +36,10 @@ class FakeCoordinator:
 
     def is_invalid_trace(self) -> bool:
         return self.trace_invalid
+
+    def is_record_trace(self) -> bool:
+        """Never recording: the first step's prefetch (`exported_order`) gathers nothing through the fake."""
+        return False
 
     def _invalidate_trace(self) -> None:
         self.trace_invalid = True
