@@ -105,13 +105,15 @@ def heap_after_first_forward(trim: str, *options: str) -> dict:
 
 
 def test_the_first_forward_hands_its_garbage_back() -> None:
-    """A session's first forward leaves the export's garbage in the heap (with the trim off, RSS is higher at the
-    same live heap); after it, the pages go back."""
+    """A session's first forward leaves the export's garbage in the heap; after it, the pages go back (RSS falls by
+    70-90 MiB here, at the same live heap). Measured around the trim in one process: RSS after the first forward
+    moves by about as much from one process to the next (1720-1770 MiB untrimmed)."""
     if footprint.malloced_bytes() is None:
         pytest.skip("needs glibc's mallinfo2")
     kept, trimmed = heap_after_first_forward("0"), heap_after_first_forward("1")
     assert trimmed["live_mib"] == pytest.approx(kept["live_mib"], rel=0.05), (trimmed, kept)
-    assert trimmed["rss_mib"] < kept["rss_mib"] - 50, (trimmed, kept)
+    assert trimmed["first_trim_mib"] > 50, trimmed
+    assert abs(kept["first_trim_mib"]) < 5, kept  # ORT_ZERO_TRIM_HEAP=0: nothing goes back
 
 
 def test_every_forward_hands_back_what_it_did_not_keep() -> None:

@@ -1,5 +1,6 @@
 """One process: a small LLaMA whose linear layers, attention and loss run as torch's kernels (PythonOps) in an
-ORTModule trained twice; prints, as JSON, RSS and the heap's live bytes right after ORT's first and second forward. Run
+ORTModule trained twice; prints, as JSON, RSS and the heap's live bytes right after ORT's first and second forward, and
+how far RSS fell in the trim after the first forward (`first_trim_mib`, measured around it in this process). Run
 by tests/unit/ort/ortmodule/test_footprint.py with and without ORT_ZERO_TRIM_HEAP, and with `--checked` (the kernels run
 with ORT's safety copies)."""
 
@@ -39,6 +40,16 @@ def main() -> None:
     model = ortmodule.ORTModule(LlamaForCausalLM(config))
     ids = torch.randint(0, config.vocab_size, (2, 1024))
     after_forward = []
+    trimmed_by: list[float] = []
+    trim = footprint.heap.give_back_freed_memory
+
+    def measured_trim() -> None:
+        before = heap()["rss_mib"]
+        trim()
+        if sys._getframe(1).f_code.co_name == "run_forward_then_trim":
+            trimmed_by.append(before - heap()["rss_mib"])
+
+    footprint.heap.give_back_freed_memory = measured_trim
     ort_zero.enable_zero3()
     with patches.applied("torch_kernels"):
         for _ in range(2):
@@ -53,6 +64,7 @@ def main() -> None:
                 **first,
                 "second_rss_mib": second["rss_mib"],
                 "second_live_mib": second["live_mib"],
+                "first_trim_mib": trimmed_by[0] if trimmed_by else 0.0,  # 0: no trim after the forward
                 "ort_ran": bool(record["session"]),
                 "python_ops": record["python_ops"],
             }
