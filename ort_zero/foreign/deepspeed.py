@@ -1,7 +1,8 @@
 """DeepSpeed's internals that ort_zero reads and writes (deepspeed `versions.DEEPSPEED_VERSIONS`).
 
 Read: the parameter coordinator's private `__inflight_param_registry` (prefetches in flight), `_invalidate_trace`, its
-prefetch bucket and live-parameter counts and `__all_gather_params` (the gathers its prefetch starts),
+prefetch bucket and live-parameter counts and `__all_gather_params` (the gathers its prefetch starts), which
+parameters it fetches for a module (`fetched_params`: what its `fetch_sub_module` iterates),
 a module's `_external_params`, the accelerator's `_name`, the F.linear zero.Init set aside (`linear_bk`), the ZeRO-3
 optimizer behind a parameter's gradient hook (a closure DeepSpeed registers) and its private
 `__reduce_and_partition_ipg_grads` (reduce the gradients held in the bucket now), and the name of the shared-memory
@@ -29,6 +30,17 @@ def torch_linear_behind_zero3_wrap(current: Any) -> Any:
     if current is not zero3_linear_wrap:
         return current
     return getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", current)
+
+
+def fetched_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters DeepSpeed fetches for `module`: its own, its external ones, and all below a z3 leaf module."""
+    from deepspeed.runtime.zero.partitioned_param_coordinator import iter_params
+    from deepspeed.utils import z3_leaf_module
+
+    unique: dict[int, torch.nn.Parameter] = {}
+    for param in iter_params(module, recurse=z3_leaf_module(module)):
+        unique.setdefault(id(param), param)
+    return sorted(unique.values(), key=lambda p: p.ds_id)
 
 
 def forward_module_stack() -> list[torch.nn.Module]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -59,8 +60,8 @@ class _Buffer:
         return self.tensor.numel()
 
 
-def _capacity(buffer: _Buffer) -> int:
-    return buffer.capacity
+_BY_CAPACITY = operator.attrgetter("capacity")
+"""The key the buffers are sorted and searched by (`bisect`)."""
 
 
 @dataclass
@@ -76,7 +77,7 @@ class OutputPool:
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         size = math.prod(shape)
         buffers = self.buffers.setdefault(dtype, [])
-        first_fitting = bisect.bisect_left(buffers, size, key=_capacity)
+        first_fitting = bisect.bisect_left(buffers, size, key=_BY_CAPACITY)
         fitting = itertools.takewhile(lambda b: b.capacity < 2 * size, buffers[first_fitting:])
         buffer = next((b for b in fitting if b.is_free()), None)
         if buffer is None:
@@ -84,7 +85,7 @@ class OutputPool:
             if smaller is not None:  # a shorter batch's buffer, most often: replaced, not kept beside the new one
                 buffers.remove(smaller)
             buffer = _Buffer(torch.empty(size, dtype=dtype))
-            bisect.insort(buffers, buffer, key=_capacity)
+            bisect.insort(buffers, buffer, key=_BY_CAPACITY)
         buffer.used = True
         return buffer.tensor[:size].view(shape)
 

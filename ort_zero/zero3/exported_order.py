@@ -16,7 +16,6 @@ Measured (bf16 LLaMA 162M, seq 1024, 2 CPU ranks, rank 0, 2026-12-02): the first
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -29,7 +28,6 @@ from ..foreign import deepspeed as ds_internals
 class ExportedOrder:
     """The hooked modules of one model in the order its latest export traced their forwards."""
 
-    params_of: Callable[[torch.nn.Module], list[torch.nn.Parameter]]  # the parameters DeepSpeed fetches for one
     modules: list[torch.nn.Module] = field(default_factory=list)
     positions: dict[int, int] = field(default_factory=dict)  # by id(module)
 
@@ -57,7 +55,7 @@ class ExportedOrder:
         for upcoming in later:
             if numel >= budget:
                 break
-            for param in self.params_of(upcoming):
+            for param in ds_internals.fetched_params(upcoming):
                 if param.ds_status == ZeroParamStatus.NOT_AVAILABLE and id(param) not in chosen:
                     chosen[id(param)] = param
                     numel += param.ds_numel

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from deepspeed.runtime.zero.partition_parameters import register_external_parameter
 
+from ..foreign import deepspeed as ds_internals
 from . import state as zero3_state
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ class Discovery:
     def gathered_by_a_running_module(self, param: torch.nn.Parameter) -> bool:
         for module_state in self.running:
             if module_state.key not in self.fetched:
-                self.fetched[module_state.key] = set(map(id, zero3_state.fetched_params(module_state.module)))
+                self.fetched[module_state.key] = set(map(id, ds_internals.fetched_params(module_state.module)))
             if id(param) in self.fetched[module_state.key]:
                 return True
         return False

@@ -29,7 +29,6 @@ from deepspeed.runtime.zero.partition_parameters import (
     register_external_parameter,
     unregister_external_parameter,
 )
-from deepspeed.runtime.zero.partitioned_param_coordinator import iter_params
 from deepspeed.utils import z3_leaf_module
 
 from ..foreign import deepspeed as ds_internals
@@ -98,7 +97,7 @@ class ModuleState:
     key: int = 0  # its key in `STATES`, set by `register`
     clock: StepClock = field(default_factory=StepClock)  # shared by the states of one hooked model
     # The model's modules as its export traced them (shared too): what the first step prefetches.
-    order: ExportedOrder = field(default_factory=lambda: ExportedOrder(fetched_params))
+    order: ExportedOrder = field(default_factory=ExportedOrder)
     # Its calls still in their forward, the innermost last (a module may run inside its own forward).
     open_calls: list[ModuleCall] = field(default_factory=list)
     # Its calls gathered again for their backward whose backward has not ended (this step's).
@@ -119,7 +118,7 @@ class ModuleState:
         must never be fed a ZeRO-3 parameter directly.
         """
         if self.exported_params is None:
-            self.exported_params = fetched_params(self.module)
+            self.exported_params = ds_internals.fetched_params(self.module)
         return self.exported_params
 
     def export_traced(self, outermost: bool) -> None:
@@ -175,7 +174,7 @@ class ModuleState:
 
     def params_for_backward(self, ds_ids: Sequence[int]) -> tuple[torch.Tensor, ...]:
         """Under ORT, the parameters its backward reads, as gathered again for it (`gather_for_backward`)."""
-        by_id = {p.ds_id: p for p in fetched_params(self.module)}
+        by_id = {p.ds_id: p for p in ds_internals.fetched_params(self.module)}
         params = [by_id.get(ds_id) for ds_id in ds_ids]
         missing = [ds_id for ds_id, p in zip(ds_ids, params, strict=True) if p is None or not _available(p)]
         if missing:
@@ -189,7 +188,7 @@ class ModuleState:
         """Under ORT, before its recomputed forward ops: its parameters gathered for them. The full tensors go to
         ORT, which frees them after the recomputed ops; DeepSpeed's own state is left as found (what was partitioned
         is partitioned again at once), as a checkpointed module's recompute gathers and releases natively."""
-        by_id = {p.ds_id: p for p in fetched_params(self.module)}
+        by_id = {p.ds_id: p for p in ds_internals.fetched_params(self.module)}
         params = [by_id[ds_id] for ds_id in ds_ids]
         ds_internals.wait_for_inflight_gathers(self.offload, params)
         partitioned = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
@@ -232,8 +231,9 @@ def register(
     clock: StepClock | None = None,
     order: ExportedOrder | None = None,
 ) -> ModuleState:
-    order = order or ExportedOrder(fetched_params)
-    state = ModuleState(module, offload, clock=clock or StepClock(), order=order, trims_heap=trims_heap)
+    state = ModuleState(
+        module, offload, clock=clock or StepClock(), order=order or ExportedOrder(), trims_heap=trims_heap
+    )
     state.key = STATES.add(state)
     return state
 
@@ -244,14 +244,6 @@ def unregister(state: ModuleState) -> None:
 
 def lookup(key: int) -> ModuleState:
     return STATES[key]
-
-
-def fetched_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The parameters DeepSpeed fetches for `module`: its own, its external ones, and all below a z3 leaf module."""
-    unique: dict[int, torch.nn.Parameter] = {}
-    for param in iter_params(module, recurse=z3_leaf_module(module)):
-        unique.setdefault(id(param), param)
-    return sorted(unique.values(), key=lambda p: p.ds_id)
 
 
 def hand_to_enclosing_module(module: torch.nn.Module, param: torch.nn.Parameter) -> None:

@@ -30,7 +30,7 @@ class ZeROOffloadSubscriber(SubscriberBase):
         self.offload = offload
         self.states: dict[torch.nn.Module, zero3_state.ModuleState] = {}
         layers = {layer for layer in stacked_layers(root) if _on_cpu(layer)}
-        clock, order = zero3_state.StepClock(), ExportedOrder(zero3_state.fetched_params)
+        clock, order = zero3_state.StepClock(), ExportedOrder()
         for module in hooked_modules(root):
             self.states[module] = zero3_state.register(module, offload, module in layers, clock, order)
         self.root_state = self.states[root]

@@ -26,12 +26,12 @@ import onnx
 import torch
 from onnx import helper
 
+from ...foreign import deepspeed as ds_internals
 from ...python_op import first_output, gradient_context
 from ...zero3 import state as zero3_state
 from ...zero3.bridge_nodes import BridgeNode
 from ...zero3.bridges import PostForwardBridge, PreForwardBridge
 from ...zero3.ort_bridges import BackwardParamsBridge
-from ...zero3.state import fetched_params
 from ..graph.edit import is_zero3_graph, register_function
 from ..graph.training_graph import SHAPE_OPS, VIEW_OPS, TrainingGraphView, bits
 from .base import GraphPass, TrainingGraph
@@ -87,7 +87,9 @@ def regather_for_backward(graph: onnx.GraphProto) -> BackwardGatherReport:
     _constant_shapes(view, origins)
     anchors = dict(_anchors(view))  # anchor node index -> module key
     ancestry = view.anchor_ancestry(list(anchors))
-    gathers = {key: {id(p) for p in fetched_params(zero3_state.lookup(key).module)} for key in anchors.values()}
+    gathers = {
+        key: {id(p) for p in ds_internals.fetched_params(zero3_state.lookup(key).module)} for key in anchors.values()
+    }
 
     # Which anchor's re-gather serves each backward read: the nearest one among modules that gather the parameter.
     reads: list[tuple[onnx.NodeProto, int, str, int]] = []  # (reader, input slot, value, anchor)

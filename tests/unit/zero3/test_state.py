@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from ort_zero.foreign import deepspeed as ds_internals
 from ort_zero.zero3 import state as zero3_state
 from ort_zero.zero3.bridges import StepStartBridge
 
@@ -45,6 +46,6 @@ def test_bridged_params_are_fetched_in_ds_id_order_and_frozen(deepspeed_init: Ca
         owner.extra = nn.Parameter(torch.zeros(1))
         owner.extra.ds_id = -1
         assert module_state.bridged_params() == expected
-        assert zero3_state.fetched_params(owner)[0] is owner.extra
+        assert ds_internals.fetched_params(owner)[0] is owner.extra
     finally:
         zero3_state.unregister(module_state)

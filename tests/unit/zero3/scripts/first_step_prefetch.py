@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
+from ort_zero.foreign import deepspeed as ds_internals
 from ort_zero.ort.inspection import ort_run_record
 from ort_zero.zero3 import state as zero3_state
 from ort_zero.zero3.exported_order import ExportedOrder
@@ -28,7 +29,7 @@ def main() -> None:
 
     def recording(gather):  # noqa: ANN001, ANN202
         def recorded(self, *args):  # noqa: ANN001, ANN202
-            params = zero3_state.fetched_params(self.module)
+            params = ds_internals.fetched_params(self.module)
             if params:
                 direction = "forward" if gather.__name__ == "gather_for_forward" else "backward"
                 prefetched = all(p.ds_status != ZeroParamStatus.NOT_AVAILABLE for p in params)
