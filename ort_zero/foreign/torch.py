@@ -8,26 +8,15 @@ graph value's dtype, which promotion_casts also retypes), the TorchScript export
 symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides, export_einsum), and
 the private module `torch.utils._pytree` (the nested-structure walker FSDP2 uses too). The exporter's private
 modules ORTModule imports are `ort_zero.patches`' (torch_onnx group).
-
-Written, for the length of an export only: the TorchScript tracer's source-location callback
-(`tracer_without_source_locations`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
-import logging
-import platform
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree  # noqa: F401  (re-exported: ort_zero.hooks.nested walks with it)
-
-logger = logging.getLogger(__name__)
 
 
 def unowned_storage(data_ptr: int, device: torch.device, nbytes: int) -> torch.UntypedStorage:
@@ -127,73 +116,3 @@ def jit_tuple_elements(value: Any) -> list[Any] | None:
     """The element types of a TorchScript graph value of tuple type; None when it is no tuple."""
     value_type = value.type()
     return list(value_type.elements()) if isinstance(value_type, torch._C.TupleType) else None
-
-
-# torch::jit::tracer::setRecordSourceLocation(void (*)(Node*)) and recordSourceLocation(Node*), as libtorch exports them
-_SET_RECORDER = "_ZN5torch3jit6tracer23setRecordSourceLocationEPFvPNS0_4NodeEE"
-_RECORD = "_ZN5torch3jit6tracer20recordSourceLocationEPNS0_4NodeE"
-_RECORDER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-@contextlib.contextmanager
-def tracer_without_source_locations() -> Iterator[None]:
-    """TorchScript's tracer, for the block, without the Python stack it records on every op it traces.
-
-    torch installs a callback that walks the whole Python stack and formats it into each traced node's source range;
-    torch has no switch for it. ORT's export keeps no source range (node names come from the module scopes, and
-    `ort.export.errors` names a failing module from its own hooks), so the export swaps in a callback that records
-    nothing and puts torch's back after. Measured (bf16 LLaMA 162M, seq 1024, 2 CPU ranks, rank 0, 2026-12-02): the
-    export took 2.17-2.31 s, 1.37 s without, the same graph and losses. Where torch's callback cannot be found (its
-    library not laid out as on x86-64 Linux), the trace records as before."""
-    recorder = _recorder_slot()
-    if recorder is None:
-        yield
-        return
-    slot, set_recorder = recorder
-    torchs = ctypes.c_void_p.from_address(slot).value
-    set_recorder(_record_nothing())
-    try:
-        yield
-    finally:
-        set_recorder(torchs)
-
-
-@functools.cache
-def _record_nothing() -> Any:
-    """The callback that records no source location (kept for the process: torch calls it by address)."""
-    return ctypes.cast(_RECORDER_TYPE(lambda node: None), ctypes.c_void_p)
-
-
-@functools.cache
-def _recorder_slot() -> tuple[int, Any] | None:
-    """Where libtorch keeps the tracer's source-location callback, and its setter; None where it cannot be read.
-
-    The slot is read from the two exported functions that use it: `recordSourceLocation` loads it
-    (`mov rax, [rip+d]; jmp rax`) and `setRecordSourceLocation` stores it (`xchg [rip+d], rdi; ret`); both must name
-    the same address."""
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
-        return None
-    try:
-        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-        set_recorder, record = getattr(library, _SET_RECORDER), getattr(library, _RECORD)
-    except (OSError, AttributeError):
-        logger.debug("ort_zero: torch's tracer callback not found; the export records source locations")
-        return None
-    loads = _rip_relative(record, prefix=b"\x48\x8b\x05", suffix=b"\xff\xe0")
-    stores = _rip_relative(set_recorder, prefix=b"\x48\x87\x3d", suffix=b"\xc3")
-    if loads is None or loads != stores:
-        logger.debug("ort_zero: torch's tracer callback not recognized; the export records source locations")
-        return None
-    set_recorder.argtypes, set_recorder.restype = [ctypes.c_void_p], None
-    return loads, set_recorder
-
-
-def _rip_relative(function: Any, prefix: bytes, suffix: bytes) -> int | None:
-    """The address a function's single instruction `prefix disp32` reads or writes, if its code is exactly that
-    instruction followed by `suffix`."""
-    start = ctypes.cast(function, ctypes.c_void_p).value
-    code = ctypes.string_at(start, len(prefix) + 4 + len(suffix))
-    if not code.startswith(prefix) or not code.endswith(suffix):
-        return None
-    displacement = int.from_bytes(code[len(prefix) : len(prefix) + 4], "little", signed=True)
-    return start + len(prefix) + 4 + displacement

@@ -20,7 +20,6 @@ import torch
 
 from ... import settings
 from ...foreign import onnxruntime as ort_internals
-from ...foreign import torch as torch_internals
 from ...zero3 import external_params
 from ..export.context import is_zero3_module, stood_in_for_export
 from ..export.errors import naming_export_failures
@@ -102,12 +101,7 @@ def _traced(flattened_module: torch.nn.Module, options: dict[str, Any]) -> tuple
     inputs = copy.deepcopy(tuple(_detached(value) for value in options["flatten_module_inputs"]))
     handle = flattened_module.register_forward_hook(name_outputs)
     try:
-        with (
-            torch.no_grad(),
-            _exporting(flattened_module),
-            external_params.discovering() as discovery,
-            torch_internals.tracer_without_source_locations(),
-        ):
+        with torch.no_grad(), _exporting(flattened_module), external_params.discovering() as discovery:
             torch_compat.torchscript_export(
                 torch.onnx.export, flattened_module, inputs, exported,
                 input_names=info.onnx_graph_input_names, output_names=output_names, dynamic_axes=dynamic_axes,
