@@ -36,7 +36,7 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["ort_zero", "ort_zero.*"]),
     # the configs the tools and examples find through the installed package (ort_zero/configs.py)
-    package_data={"ort_zero": ["ds_configs/*.json", "ds_configs/*.yaml", "ds_configs/README.md"]},
+    package_data={"ort_zero": ["ds_configs/*.json", "ds_configs/*.yaml", "ds_configs/README.md", "stack/csrc/*.cpp"]},
     install_requires=STACK,
     extras_require={
         "hf": HUGGING_FACE,

@@ -93,7 +93,7 @@ quietly "$EXTENSIONS_LOG" "$VENV/bin/python" -m ort_zero.stack.extensions ensure
 if grep -q '^\[extensions\] building' "$EXTENSIONS_LOG"; then how="built (compiler output: $EXTENSIONS_LOG)"
 elif grep -q 'restored from' "$EXTENSIONS_LOG"; then how="restored from ${ORT_ZERO_CACHE:-~/.cache/ort_zero}"
 else how="up to date"; fi
-end "$how: $(grep -E '^\[extensions\] (cpu|cuda): .*\.so' "$EXTENSIONS_LOG" | sed -E 's/^\[extensions\] //; s/\.cpython[^,]*\.so//g' | paste -sd ';' -)"
+end "$how: $(grep -E '^\[extensions\] ((cpu|cuda): .*\.so|ort_zero: )' "$EXTENSIONS_LOG" | sed -E 's/^\[extensions\] //; s/\.cpython[^,]*\.so//g' | paste -sd ';' -)"
 SMOKED="$VENV/.ort_zero-smoke-passed"
 if [ ! -f "$SMOKED" ] || [ "$(cat "$SMOKED")" != "$(pins_hash)" ]; then
     begin "ORTModule smoke test, fallback disabled"

@@ -112,7 +112,16 @@ def ort_line(report: Report, requirements: dict[str, Requirement]) -> str:
         for name in names:  # what ORTModule imports when it runs
             importlib.import_module(f"{EXTENSIONS_PACKAGE}.{name}")
         parts.append(f"{flavour} extensions built and load ({', '.join(names)}{build_line(report, flavour)})")
+    parts.append(tracer_callback_line())
     return "; ".join(parts)
+
+
+def tracer_callback_line() -> str:
+    from ort_zero.stack import trace_sources
+
+    if trace_sources.library() is None:  # slower exports, the same graphs: not a problem
+        return "ort_zero's tracer callback NOT built (exports record full source locations; run launch/bootstrap.sh)"
+    return "ort_zero's tracer callback built"
 
 
 def deepspeed_line(report: Report, requirements: dict[str, Requirement]) -> str:

@@ -8,11 +8,18 @@ graph value's dtype, which promotion_casts also retypes), the TorchScript export
 symbolic helpers `_is_none`, `_get_const`, `_unpack_list` and `_type_utils` (export_overrides, export_einsum), and
 the private module `torch.utils._pytree` (the nested-structure walker FSDP2 uses too). The exporter's private
 modules ORTModule imports are `ort_zero.patches`' (torch_onnx group).
+
+Read and written: the TorchScript tracer's source-location callback (`tracer_recorder`, `set_tracer_recorder`), read
+from the code of the two functions libtorch exports around it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import platform
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -116,3 +123,56 @@ def jit_tuple_elements(value: Any) -> list[Any] | None:
     """The element types of a TorchScript graph value of tuple type; None when it is no tuple."""
     value_type = value.type()
     return list(value_type.elements()) if isinstance(value_type, torch._C.TupleType) else None
+
+
+# torch::jit::tracer::setRecordSourceLocation(void (*)(Node*)) and recordSourceLocation(Node*), as libtorch exports them
+_SET_RECORDER = "_ZN5torch3jit6tracer23setRecordSourceLocationEPFvPNS0_4NodeEE"
+_RECORD = "_ZN5torch3jit6tracer20recordSourceLocationEPNS0_4NodeE"
+
+
+def tracer_recorder() -> int | None:
+    """The address of the callback torch's tracer calls on every node it traces to record its source range (torch's
+    own walks the Python stack); None where it cannot be read."""
+    slot = _recorder_slot()
+    return None if slot is None else ctypes.c_void_p.from_address(slot[0]).value
+
+
+def set_tracer_recorder(address: int) -> None:
+    """Make the tracer call the C function at `address` (`void (torch::jit::Node*)`) for each node's source range."""
+    slot = _recorder_slot()
+    if slot is None:
+        raise RuntimeError("torch's tracer callback cannot be read on this platform: check tracer_recorder() first")
+    slot[1](address)
+
+
+@functools.cache
+def _recorder_slot() -> tuple[int, Any] | None:
+    """Where libtorch keeps the tracer's source-location callback, and its setter; None where it cannot be read.
+
+    torch has no getter. The slot is read from the two exported functions that use it: `recordSourceLocation` loads
+    it (`mov rax, [rip+d]; jmp rax`) and `setRecordSourceLocation` stores it (`xchg [rip+d], rdi; ret`); both must
+    name the same address (x86-64 Linux builds of torch 2.14-2.15)."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return None
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        set_recorder, record = getattr(library, _SET_RECORDER), getattr(library, _RECORD)
+    except (OSError, AttributeError):
+        return None
+    loads = _rip_relative(record, prefix=b"\x48\x8b\x05", suffix=b"\xff\xe0")
+    stores = _rip_relative(set_recorder, prefix=b"\x48\x87\x3d", suffix=b"\xc3")
+    if loads is None or loads != stores:
+        return None
+    set_recorder.argtypes, set_recorder.restype = [ctypes.c_void_p], None
+    return loads, set_recorder
+
+
+def _rip_relative(function: Any, prefix: bytes, suffix: bytes) -> int | None:
+    """The address a function's single instruction `prefix disp32` reads or writes, if its code is exactly that
+    instruction followed by `suffix`."""
+    start = ctypes.cast(function, ctypes.c_void_p).value
+    code = ctypes.string_at(start, len(prefix) + 4 + len(suffix))
+    if not code.startswith(prefix) or not code.endswith(suffix):
+        return None
+    displacement = int.from_bytes(code[len(prefix) : len(prefix) + 4], "little", signed=True)
+    return start + len(prefix) + 4 + displacement

@@ -6,7 +6,8 @@ does not bring. Here the `cpu/` extensions are always built; on GPU hosts (or wi
 `torch_gpu_allocator`, which ORTModule imports whenever CUDA is available: it is plain C++, compiled by g++ against a
 CUDA_HOME assembled from torch's nvidia-*-cu12 wheels. `fused_ops` is never built (it only serves
 `onnxruntime.training.optim`'s FusedAdam and FP16_Optimizer). Built libraries are cached under ~/.cache/ort_zero
-keyed on the torch/ORT versions, so a fresh venv reuses them.
+keyed on the torch/ORT versions, so a fresh venv reuses them. ort_zero's own tracer callback (`trace_sources`) is
+built beside them.
 
     python -m ort_zero.stack.extensions ensure   # build what is missing (idempotent)
     python -m ort_zero.stack.extensions smoke    # ORTModule forward/backward, fallback disabled
@@ -26,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import cuda_libraries, extension_sources
+from . import cuda_libraries, extension_sources, trace_sources
 
 CACHE_ROOT = Path(os.environ.get("ORT_ZERO_CACHE", Path.home() / ".cache" / "ort_zero"))
 
@@ -195,6 +196,7 @@ def ensure() -> None:
         if missing_extensions(flavour) or not up_to_date(flavour):
             build(flavour)
         print(f"[extensions] {flavour}: {', '.join(sorted(p.name for p in built_libraries(flavour)))}")
+    print(f"[extensions] ort_zero: {trace_sources.ensure().stem}")  # the export's tracer callback
 
 
 def smoke() -> None:

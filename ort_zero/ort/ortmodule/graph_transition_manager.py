@@ -24,6 +24,7 @@ from ...zero3 import external_params
 from ..export.context import is_zero3_module, stood_in_for_export
 from ..export.errors import naming_export_failures
 from ..export.groups import during_export
+from ..export.source_ranges import compared_source_ranges_only
 from ..passes.base import ExportedGraph
 from ..passes.pipeline import run_export_passes
 from ..passes.zero3_params import TRIGGER_NAME
@@ -101,7 +102,12 @@ def _traced(flattened_module: torch.nn.Module, options: dict[str, Any]) -> tuple
     inputs = copy.deepcopy(tuple(_detached(value) for value in options["flatten_module_inputs"]))
     handle = flattened_module.register_forward_hook(name_outputs)
     try:
-        with torch.no_grad(), _exporting(flattened_module), external_params.discovering() as discovery:
+        with (
+            torch.no_grad(),
+            _exporting(flattened_module),
+            external_params.discovering() as discovery,
+            compared_source_ranges_only(),
+        ):
             torch_compat.torchscript_export(
                 torch.onnx.export, flattened_module, inputs, exported,
                 input_names=info.onnx_graph_input_names, output_names=output_names, dynamic_axes=dynamic_axes,

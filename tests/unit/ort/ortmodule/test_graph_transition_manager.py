@@ -104,3 +104,43 @@ def test_a_model_without_zero3_parameters_is_exported_by_ort(enabled: None) -> N
     in_ort = ortmodule.ORTModule(TwoOutputs())
     _trained(in_ort, torch.randn(5, 4))
     assert FORWARDS == [(5, 4), (5, 4)]  # ORT's forward for the outputs' structure, then its trace
+
+
+class InPlaceSlice(nn.Module):
+    """Notes, while torch traces it, which of the trace's nodes have a source range."""
+
+    def __init__(self, traced: list[tuple[str, bool]]) -> None:
+        super().__init__()
+        self.linear, self.traced = nn.Linear(4, 3), traced
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.linear(x) * 1.5
+        hidden[:, :1] = hidden[:, 1:2] * 2  # a slice chain ending in copy_: torch's in-place pass compares them
+        tracing = torch._C._get_tracing_state()
+        if tracing is not None:
+            self.traced.extend(_kinds_and_ranges(tracing.graph().nodes()))
+        return hidden.square().mean()
+
+
+def _kinds_and_ranges(nodes: Any) -> Iterator[tuple[str, bool]]:
+    """Each node's kind and whether it has a source range, inside the blocks of module calls too."""
+    for node in nodes:
+        yield node.kind(), bool(node.sourceRange())
+        for block in node.blocks():
+            yield from _kinds_and_ranges(block.nodes())
+
+
+def test_a_zero3_export_records_source_ranges_only_for_the_nodes_torchs_passes_compare(
+    enabled: None, as_zero3: None
+) -> None:
+    traced: list[tuple[str, bool]] = []
+    torch.manual_seed(0)
+    reference, model = InPlaceSlice([]), InPlaceSlice(traced)
+    model.load_state_dict(reference.state_dict())
+    in_ort, x = ortmodule.ORTModule(model), torch.randn(5, 4)
+    in_ort(x).backward()
+    reference(x).backward()
+    assert ort_run_record(in_ort)["training"]["session"], "not run in ORT"
+    recorded = {kind for kind, has_range in traced if has_range}
+    assert recorded == {"aten::slice", "aten::copy_"}, traced  # not aten::linear, mul, pow, mean
+    torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
