@@ -28,8 +28,7 @@ import tempfile
 from pathlib import Path
 
 from . import cuda_libraries, extension_sources, trace_sources
-
-CACHE_ROOT = Path(os.environ.get("ORT_ZERO_CACHE", Path.home() / ".cache" / "ort_zero"))
+from .cache import cache_root
 
 
 def extensions_dir() -> Path:
@@ -84,7 +83,7 @@ def edits_digest() -> str:
 def build(flavour: str) -> None:
     """Compile each extension of `flavour` in a scratch copy, then place the libraries where ORTModule looks."""
     folder = extensions_dir()
-    cached = CACHE_ROOT / cache_key(flavour)
+    cached = cache_root() / cache_key(flavour)
     if cached.is_dir() and list(cached.glob("*.so")):
         for built in [*cached.glob("*.so"), *cached.glob(BUILD_RECORD.format(flavour=flavour))]:
             place(built, folder / built.name)

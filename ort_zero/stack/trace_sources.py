@@ -9,6 +9,8 @@ import hashlib
 import sys
 from pathlib import Path
 
+from .cache import cache_root
+
 SOURCE = Path(__file__).parent / "csrc" / "trace_sources.cpp"
 NAME = "ort_zero_trace_sources"
 
@@ -16,11 +18,9 @@ NAME = "ort_zero_trace_sources"
 def build_directory() -> Path:
     import torch
 
-    from .extensions import CACHE_ROOT
-
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     python = f"{sys.version_info[0]}{sys.version_info[1]}"
-    return CACHE_ROOT / f"trace_sources-torch{torch.__version__}-py{python}-{digest}"
+    return cache_root() / f"trace_sources-torch{torch.__version__}-py{python}-{digest}"
 
 
 def library() -> Path | None:
