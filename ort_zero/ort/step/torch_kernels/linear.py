@@ -22,6 +22,7 @@ import torch
 
 from ....hooks.export_mode import is_exporting, is_stand_in
 from ....memory.output_pool import pooled, pooled_copy
+from .bits import same_bits
 from .context import wanted_grads
 from .devices import faster_in_torch
 
@@ -121,7 +122,7 @@ class _SharedCopy:
     """The copy of an input a linear layer keeps for its weight's gradient, shared with the next linear layer that
     reads the same values (a layer's q, k and v projections, its gate and up projections: one copy where each kept
     its own, 108 MiB per rank on a 162M LLaMA at seq 1024). The last copy is found by where ORT's input lives, and
-    reused only while it is alive and equal to the input (ORT may have reused that memory for another tensor).
+    reused only while it is alive and has the input's bits (ORT may have reused that memory for another tensor).
     Copies are made into the output pool's buffers: a fresh one faulted its pages in every step (the down
     projection's [2048, 3072] input took 55-61 ms a copy, from the pool 4-5 ms; 162M LLaMA)."""
 
@@ -132,7 +133,7 @@ class _SharedCopy:
         key = (input.data_ptr(), input.shape, input.stride(), input.dtype, input.device)
         if cls._last is not None and cls._last[0] == key:
             copy = cls._last[1]()
-            if copy is not None and torch.equal(copy, input):
+            if copy is not None and same_bits(copy, input):
                 return copy
         copy = pooled_copy(input)
         cls._last = (key, weakref.ref(copy))
