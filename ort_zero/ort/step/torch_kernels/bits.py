@@ -2,7 +2,7 @@
 hands over (`linear._SharedCopy`), whether a mask is the causal one (`attention.is_causal_mask`).
 
 `torch.equal` compares element by element, and on CPU its loop is not vectorized for bf16 or bool: a bool [2048, 2048]
-mask took 4.4 ms, a bf16 [2048, 768] input 2.5 ms, [2048, 3072] 9.1 ms; as 64-bit words 0.6, 0.4 and 2.9 ms (one
+mask took 4.4 ms, a bf16 [2048, 768] input 2.5 ms, [2048, 3072] 9.1 ms; as 64-bit words 0.7, 0.5 and 2.9 ms (one
 thread; docs/benchmarks.md). Bits are also what these questions ask: a copy is the input only if every bit is (a -0.0
 where the input has 0.0 is not), and a NaN there is itself."""
 
