@@ -1,4 +1,4 @@
-"""CPU buffers the linear layers (and a 16-bit model's SiLU, products and sums) write into, kept from step to step.
+"""CPU buffers the linear layers (and a 16-bit model's SiLU, products, sums and norms) write into, kept step to step.
 
 On CPU every step's activations are freed after the backward and handed back to the OS (`memory.heap`), and the next
 forward faults them in again, page by page: at seq 1024 on a 162M LLaMA that was 1.3 GiB a step, the system time that
@@ -110,7 +110,9 @@ POOL = OutputPool()
 """The process's one pool: ORT runs one training step at a time."""
 
 
-def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor | None:
+def pooled(
+    shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor, dtype: torch.dtype | None = None
+) -> torch.Tensor | None:
     """A pool buffer of `shape` for a kernel's output on `like`'s device and dtype, or None where torch should
     allocate: off the CPU, under autocast, for mixed dtypes, with the pool off, or in the export's trace (whose
     outputs are garbage once it ends)."""
@@ -120,10 +122,12 @@ def pooled(shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor) 
         return None
     if any(t.dtype != like.dtype or t.device != like.device for t in operands):
         return None
-    return POOL.take(shape, like.dtype)
+    return POOL.take(shape, dtype or like.dtype)
 
 
-def pooled_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A copy of `tensor` in a pool buffer where the pool serves, else torch's clone."""
-    buffer = pooled(tuple(tensor.shape), tensor)
-    return tensor.detach().clone() if buffer is None else buffer.copy_(tensor)
+def pooled_copy(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A copy of `tensor` (in `dtype`) in a pool buffer where the pool serves, else torch's."""
+    buffer = pooled(tuple(tensor.shape), tensor, dtype=dtype)
+    if buffer is None:
+        return tensor.detach().to(dtype or tensor.dtype, copy=True, memory_format=torch.contiguous_format)
+    return buffer.copy_(tensor.detach())

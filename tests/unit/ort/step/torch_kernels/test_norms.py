@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
@@ -86,6 +87,41 @@ def test_it_keeps_the_input_and_statistics_only_and_its_buffers_are_the_output_p
     assert {_storage(output), _storage(input_copy)} <= _pooled_storages(pool)
     input_grad = torch.autograd.grad(output, input, torch.ones_like(output))[0]
     assert _storage(input_grad) in _pooled_storages(pool)
+
+
+class RowSizedResults(TorchDispatchMode):
+    """The storages of every op's new result with at least `numel` elements (the norm's row-sized temporaries; views
+    and `out=` results share an argument's storage, and are not counted)."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel, self.storages = numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        given = {_storage(t) for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)}
+        result = func(*args, **kwargs)
+        for tensor in result if isinstance(result, tuple) else (result,):
+            if isinstance(tensor, torch.Tensor) and tensor.numel() >= self.numel and _storage(tensor) not in given:
+                self.storages.append((func.__name__, tensor.dtype, _storage(tensor)))
+        return result
+
+
+def test_its_float32_temporaries_are_the_output_pools_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers computes the rows' statistics in float32: a float32 copy of the input and its products, forward
+    and backward. Fresh, each is faulted in again after the heap's trims (at seq 2048, most of the norms' 6 MiB
+    temporaries in every forward); from the pool they stay resident. Nothing row-sized is allocated but the pool's."""
+    pool = output_pool.OutputPool()
+    monkeypatch.setattr(output_pool, "POOL", pool)
+    monkeypatch.delenv("ORT_ZERO_OUTPUT_POOL", raising=False)
+    norm = _norm()
+    input = torch.randn(8, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(8, HIDDEN, dtype=torch.bfloat16)
+    with RowSizedResults(input.numel()) as results:
+        output = RmsNormInTorch.apply(input, norm, norm.weight)
+        torch.autograd.grad(output, (input, norm.weight), grad)
+    assert {dtype for _, dtype, _ in results.storages} == {torch.bfloat16, torch.float32}
+    assert [(op, dtype) for op, dtype, storage in results.storages if storage not in _pooled_storages(pool)] == []
 
 
 def _storage(tensor: torch.Tensor) -> int:
