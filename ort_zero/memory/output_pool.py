@@ -113,9 +113,9 @@ POOL = OutputPool()
 def pooled(
     shape: tuple[int, ...], like: torch.Tensor, *operands: torch.Tensor, dtype: torch.dtype | None = None
 ) -> torch.Tensor | None:
-    """A pool buffer of `shape` for a kernel's output on `like`'s device and dtype, or None where torch should
-    allocate: off the CPU, under autocast, for mixed dtypes, with the pool off, or in the export's trace (whose
-    outputs are garbage once it ends)."""
+    """A pool buffer of `shape` for a kernel's output on `like`'s device, in `dtype` (default `like`'s), or None
+    where torch should allocate: off the CPU, under autocast, for operands of mixed dtypes, with the pool off, or in
+    the export's trace (whose outputs are garbage once it ends)."""
     if like.device.type != "cpu" or torch.is_autocast_enabled("cpu") or is_exporting():
         return None
     if not settings.output_pool():
