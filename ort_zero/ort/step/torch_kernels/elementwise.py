@@ -45,14 +45,14 @@ class ProductInTorch(torch.autograd.Function):
             pooled_copy(right) if keep and wanted[0] else None,
         )
         ctx.shapes = (left.shape, right.shape)
-        return _into_pool(torch.mul, left, right)  # torch.mul: `*` is the patched one while exported
+        return into_pool(torch.mul, left, right)  # torch.mul: `*` is the patched one while exported
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         (left, right), (left_shape, right_shape) = ctx.kept, ctx.shapes
         ctx.kept = None
-        left_grad = _into_pool(torch.mul, grad, right).sum_to_size(left_shape) if ctx.needs_input_grad[0] else None
-        right_grad = _into_pool(torch.mul, grad, left).sum_to_size(right_shape) if ctx.needs_input_grad[1] else None
+        left_grad = into_pool(torch.mul, grad, right).sum_to_size(left_shape) if ctx.needs_input_grad[0] else None
+        right_grad = into_pool(torch.mul, grad, left).sum_to_size(right_shape) if ctx.needs_input_grad[1] else None
         return left_grad, right_grad
 
     @staticmethod
@@ -68,7 +68,7 @@ class SumInTorch(torch.autograd.Function):
     def forward(ctx: Any, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         wanted_grads(ctx, left, right)
         ctx.shapes = (left.shape, right.shape)
-        return _into_pool(torch.add, left, right)  # torch.add: `+` is the patched one while exported
+        return into_pool(torch.add, left, right)  # torch.add: `+` is the patched one while exported
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -84,7 +84,7 @@ class SumInTorch(torch.autograd.Function):
         return [broadcast_shape(shapes[0], shapes[1])], [dtypes[0]]
 
 
-def _into_pool(op: Callable[..., torch.Tensor], left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+def into_pool(op: Callable[..., torch.Tensor], left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """`op(left, right)` (torch.mul, torch.add) into a pool buffer where the pool serves (the shape by
     `broadcast_shape`: torch.broadcast_shapes takes 0.33 ms a call, general for symbolic sizes). The pool never
     serves the export's trace, where a shape's sizes are traced tensors: no shape is asked for there."""

@@ -9,9 +9,10 @@ on the CPU, a norm whose forward is LLaMA's RMSNorm (142 of transformers' 198 RM
 dtypes and order (the statistics in float32, the normalized rows rounded to the model's dtype, then times the
 weight), and whose backward is written out: it keeps only the input (a pool copy: ORT reuses its inputs' buffers
 after its forward) and the rows' inverse root mean square, where torch's autograd keeps a float32 copy of the input
-and the normalized rows too. Its row-sized temporaries, float32 and 16-bit, are pool buffers as well (`_into`): fresh,
-most were faulted in again in every forward and backward after the heap's trims. Norms of other forms (Gemma's
-`1 + weight`, gated and unweighted ones) and float32 models keep ORT's fused norm.
+and the normalized rows too. Its row-sized temporaries, float32 and 16-bit, are pool buffers as well
+(`elementwise.into_pool`; the squares as `x * x`, which is what torch's `pow(x, 2)` computes): fresh, most were
+faulted in again in every forward and backward after the heap's trims. Norms of other forms (Gemma's `1 + weight`,
+gated and unweighted ones) and float32 models keep ORT's fused norm.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from ....hooks.export_mode import is_exporting, is_stand_in
 from ....memory.output_pool import pooled, pooled_copy
 from .context import wanted_grads
-from .elementwise import is_sixteen_bit_here
+from .elementwise import into_pool, is_sixteen_bit_here
 
 _CODE_CACHE: dict[type, bool] = {}
 """Per module class: whether its forward is LLaMA's RMSNorm (classes live as long as the process)."""
@@ -41,8 +42,8 @@ class RmsNormInTorch(torch.autograd.Function):
         if is_exporting() and is_stand_in(weight):
             return torch.zeros_like(input)  # the trace records the PythonOp, not what it computed on zeros
         wide = pooled_copy(input, torch.float32)
-        inverse_rms = torch.rsqrt(_into(torch.pow, wide, 2).mean(-1, keepdim=True) + norm.variance_epsilon)
-        normalized = pooled_copy(_into(torch.mul, wide, inverse_rms), input.dtype)
+        inverse_rms = torch.rsqrt(into_pool(torch.mul, wide, wide).mean(-1, keepdim=True) + norm.variance_epsilon)
+        normalized = pooled_copy(into_pool(torch.mul, wide, inverse_rms), input.dtype)
         del wide
         # the trace's forward has no backward; the layer-wise recompute's first forward wants no gradient
         keep = any(wanted) and not is_exporting()
@@ -57,15 +58,15 @@ class RmsNormInTorch(torch.autograd.Function):
         weight_grad = None
         if ctx.needs_input_grad[2]:
             if ctx.frozen is None:
-                normalized = pooled_copy(_into(torch.mul, wide, inverse_rms), input.dtype)
-                weight_grad = _into(torch.mul, grad, normalized).sum_to_size(weight.shape)
+                normalized = pooled_copy(into_pool(torch.mul, wide, inverse_rms), input.dtype)
+                weight_grad = into_pool(torch.mul, grad, normalized).sum_to_size(weight.shape)
             else:  # frozen: zeros where ORT asks (what None means)
                 weight_grad = torch.zeros(ctx.frozen[0], dtype=ctx.frozen[1], device=grad.device)
         if not ctx.needs_input_grad[0]:
             return None, None, weight_grad
-        normalized_grad = pooled_copy(_into(torch.mul, grad, weight), torch.float32)
+        normalized_grad = pooled_copy(into_pool(torch.mul, grad, weight), torch.float32)
         # d(x * r)/dx with r = (mean(x^2) + eps)^-1/2: r * g - x * r^3 * mean(g * x)
-        projection = _into(torch.mul, normalized_grad, wide).sum(-1, keepdim=True) * (-0.5) * inverse_rms.pow(3)
+        projection = into_pool(torch.mul, normalized_grad, wide).sum(-1, keepdim=True) * (-0.5) * inverse_rms.pow(3)
         wide_grad = normalized_grad.mul_(inverse_rms).add_(wide.mul_(projection.mul_(2.0 / input.shape[-1])))
         out = pooled(tuple(input.shape), input)
         input_grad = wide_grad.to(input.dtype) if out is None else out.copy_(wide_grad)
@@ -75,13 +76,6 @@ class RmsNormInTorch(torch.autograd.Function):
     def infer_shape(node: Any, shapes: list, dtypes: list) -> tuple[list, list]:
         """The input's shape and type."""
         return [shapes[0]], [dtypes[0]]
-
-
-def _into(op: Callable[..., torch.Tensor], left: torch.Tensor, right: Any) -> torch.Tensor:
-    """`op(left, right)` for a `right` that broadcasts to `left`'s shape, into a pool buffer where the pool serves
-    (the temporaries of a norm: each a fresh allocation otherwise, faulted in again after the heap's trims)."""
-    out = pooled(tuple(left.shape), left, *([right] if isinstance(right, torch.Tensor) else []))
-    return op(left, right) if out is None else op(left, right, out=out)
 
 
 def is_llamas_rms_norm(module: torch.nn.Module) -> bool:
